@@ -1,0 +1,731 @@
+package herd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+
+	"github.com/herdcache/herd/flight"
+	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/xfetch"
+)
+
+// LoadFunc loads the value of one key from the backing store. Its context
+// carries the values of the first caller's context, not its cancellation, and
+// ends at the cache's LoadTimeout or when the cache closes. A load may call
+// [SetTTL] or [NoCache] on its context to decide about its own entry.
+//
+// A function literal that captures variables allocates each time it is made;
+// on the hit path, prefer a loader built once (or [Options.Load]).
+type LoadFunc[V any] func(ctx context.Context) (V, error)
+
+// Cache is a two-tier get-or-load cache that lets one load per key run at a
+// time: per process through in-process coalescing, and per fleet through the
+// optional [Lease]. Its methods are safe for concurrent use.
+type Cache[V any] struct {
+	cfg     config[V]
+	local   *otter.Cache[string, *entry[V]]
+	flights flight.Group[string, *entry[V]]
+	gens    generations
+	st      counters
+
+	// draw returns a uniform number in (0, 1] for XFetch, and jitterDraw one in
+	// [0, 1) for TTL jitter; tests replace them for determinism.
+	draw       func() float64
+	jitterDraw func() float64
+
+	// closeCtx ends when Close is called; it cancels running loads.
+	closeCtx context.Context
+	cancel   context.CancelFunc
+	// mu guards closed against bg.Add racing bg.Wait in Close.
+	mu          sync.RWMutex
+	closed      atomic.Bool
+	bg          sync.WaitGroup
+	unsubscribe func()
+}
+
+// entry is one value in the local tier. Its fields are written before the
+// entry is published to the local tier or a flight's waiters and never after,
+// except the atomics.
+type entry[V any] struct {
+	value V
+	// soft and hard are the wall-clock expiries in Unix nanoseconds: fresh
+	// before soft, stale between, gone at hard.
+	soft, hard int64
+	// near is when a replica with a Store must ask it again (Unix
+	// nanoseconds); zero without a Store.
+	near int64
+	// delta is the measured duration of the load that made the value.
+	delta int64
+	// fence is the remote fence the value was written under; zero when it
+	// never reached a Store.
+	fence    uint64
+	negative bool
+	// uncached marks a value its load asked not to cache: it is handed to the
+	// flight's callers and never stored.
+	uncached bool
+
+	// refreshing is set by the one reader that starts a background refresh of
+	// this entry; a new entry replaces it when the refresh succeeds.
+	refreshing atomic.Bool
+	// retryAt is the earliest time (Unix nanoseconds) another background
+	// refresh may start after one failed.
+	retryAt atomic.Int64
+}
+
+func (e *entry[V]) result() (V, error) {
+	if e.negative {
+		var zero V
+		return zero, ErrNotFound
+	}
+	return e.value, nil
+}
+
+func (e *entry[V]) stale(now int64) bool { return !e.uncached && now >= e.soft }
+
+func nowNano() int64 { return time.Now().UnixNano() }
+
+// New returns a cache configured by o; a nil o means [DefaultOptions].
+// Invalid options give an error whose text starts with "herd: ".
+func New[V any](o *Options[V]) (*Cache[V], error) {
+	if o == nil {
+		o = DefaultOptions[V]()
+	}
+	cfg, err := o.validate()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cache[V]{
+		cfg:        cfg,
+		draw:       xfetch.U,
+		jitterDraw: rand.Float64,
+	}
+	c.flights.Timeout = cfg.LoadTimeout
+	c.gens.seed = maphash.MakeSeed()
+	c.local, err = otter.New(&otter.Options[string, *entry[V]]{
+		MaximumSize: cfg.MaxEntries,
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *entry[V]]) time.Duration {
+			return time.Duration(e.Value.hard - nowNano())
+		}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("herd: local tier: %w", err)
+	}
+	c.closeCtx, c.cancel = context.WithCancel(context.Background())
+	if n, ok := cfg.Store.(Notifier); ok {
+		c.unsubscribe = n.Subscribe(c.noticed)
+	}
+	return c, nil
+}
+
+// Must is New for options known to be valid; it panics on an error.
+func Must[V any](c *Cache[V], err error) *Cache[V] {
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// CallOption adjusts one Get. The first caller of a coalesced load decides
+// for the load; every caller decides for what it is itself served.
+type CallOption struct {
+	noStale   bool
+	hasPolicy bool
+	policy    LoserPolicy
+}
+
+// NoStale makes this call treat a stale value as a miss, as [Options.NoStale]
+// does for every call.
+func NoStale() CallOption { return CallOption{noStale: true} }
+
+// WithLoserPolicy overrides [Options.OnLeaseHeld] for this call.
+func WithLoserPolicy(p LoserPolicy) CallOption { return CallOption{hasPolicy: true, policy: p} }
+
+// noStale is resolve(opts).noStale without building the rest.
+func (c *Cache[V]) noStale(opts []CallOption) bool {
+	if c.cfg.NoStale {
+		return true
+	}
+	for _, o := range opts {
+		if o.noStale {
+			return true
+		}
+	}
+	return false
+}
+
+type callOpts struct {
+	noStale bool
+	policy  LoserPolicy
+}
+
+func (c *Cache[V]) resolve(opts []CallOption) callOpts {
+	co := callOpts{noStale: c.cfg.NoStale, policy: c.cfg.OnLeaseHeld}
+	for _, o := range opts {
+		co.noStale = co.noStale || o.noStale
+		if o.hasPolicy {
+			co.policy = o.policy
+		}
+	}
+	if co.noStale && co.policy == ServeStale {
+		co.policy = Wait
+	}
+	return co
+}
+
+// Get returns the value of key, calling load (or [Options.Load] when load is
+// nil) on a miss. A fresh local value is returned without locks or
+// allocation. A stale one is returned at once while one background refresh
+// runs (unless NoStale). On a miss one load per key runs at a time in this
+// process, and with a Lease one per fleet; every caller waiting for it gets
+// its value or error, and each caller's ctx bounds only its own wait.
+func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts ...CallOption) (V, error) {
+	if c.closed.Load() {
+		var zero V
+		return zero, ErrClosed
+	}
+	if e, ok := c.local.GetIfPresent(key); ok {
+		now := nowNano()
+		if now < e.hard && (now < e.near || c.cfg.Store == nil) {
+			if now < e.soft {
+				c.st.hits.add(1)
+				if c.cfg.Beta > 0 && xfetch.Decide(now, e.soft, e.delta, c.cfg.Beta, c.draw) {
+					c.refresh(ctx, key, load, e, &c.st.earlyRefreshes)
+				}
+				return c.served(e)
+			}
+			if !c.noStale(opts) {
+				c.st.staleServed.add(1)
+				c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
+				return c.served(e)
+			}
+		}
+	}
+	return c.miss(ctx, key, load, c.resolve(opts))
+}
+
+func (c *Cache[V]) served(e *entry[V]) (V, error) {
+	if e.negative {
+		c.st.negativeHits.add(1)
+	}
+	return e.result()
+}
+
+// loader resolves the load function of a call.
+func (c *Cache[V]) loader(key string, load LoadFunc[V]) LoadFunc[V] {
+	if load != nil {
+		return load
+	}
+	if c.cfg.Load == nil {
+		return nil
+	}
+	return func(ctx context.Context) (V, error) { return c.cfg.Load(ctx, key) }
+}
+
+// errSkipped is what a background refresh that gave up (lease held, limiter
+// shedding) hands to foreground callers that joined its flight; they retry.
+var errSkipped = errors.New("herd: background refresh skipped")
+
+func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co callOpts) (V, error) {
+	var zero V
+	c.st.misses.add(1)
+	load = c.loader(key, load)
+	if load == nil {
+		return zero, ErrNoLoader
+	}
+	for attempt := 0; ; attempt++ {
+		var (
+			e      *entry[V]
+			err    error
+			shared bool
+		)
+		if c.cfg.DisableCoalescing || attempt >= 3 {
+			e, err = c.fillAlone(ctx, key, load, co)
+		} else {
+			e, err, shared = c.flights.Do(ctx, key, func(fctx context.Context) (*entry[V], error) {
+				return c.fill(fctx, key, load, co, nil)
+			})
+		}
+		if shared {
+			c.st.coalesced.add(1)
+		}
+		if errors.Is(err, errSkipped) {
+			continue
+		}
+		if err != nil {
+			return zero, err
+		}
+		if e.stale(nowNano()) {
+			// Served stale by the flight (from the Store or as a lease loser).
+			if co.noStale {
+				continue
+			}
+			c.st.staleServed.add(1)
+			c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
+		}
+		return c.served(e)
+	}
+}
+
+// fillAlone runs fill without coalescing, bounded as a flight would be.
+func (c *Cache[V]) fillAlone(ctx context.Context, key string, load LoadFunc[V], co callOpts) (*entry[V], error) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
+	defer cancel()
+	type res struct {
+		e   *entry[V]
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		var r res
+		defer func() {
+			if p := recover(); p != nil {
+				r.err = &flight.PanicError{Value: p}
+			}
+			done <- r
+		}()
+		r.e, r.err = c.fill(fctx, key, load, co, nil)
+	}()
+	select {
+	case r := <-done:
+		return r.e, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("herd: %w", ctx.Err())
+	}
+}
+
+// refresh starts one background refresh of e, unless one is running or a
+// failed one is backing off.
+func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e *entry[V], started *stripedCounter) {
+	if e.uncached || e.retryAt.Load() > nowNano() || e.refreshing.Load() {
+		return
+	}
+	load = c.loader(key, load)
+	if load == nil || !e.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return
+	}
+	started.add(1)
+	c.bg.Add(1)
+	bctx := context.WithoutCancel(ctx)
+	c.cfg.Executor(func() {
+		defer c.bg.Done()
+		_, err, _ := c.flights.Do(bctx, key, func(fctx context.Context) (*entry[V], error) {
+			return c.fill(fctx, key, load, callOpts{}, e)
+		})
+		if err != nil && !errors.Is(err, errSkipped) {
+			c.st.refreshFailures.add(1)
+			e.retryAt.Store(nowNano() + int64(c.cfg.RefreshBackoff))
+		}
+		// Let a later reader try again if this refresh did not replace e.
+		e.refreshing.Store(false)
+	})
+}
+
+// fill does the work of a miss inside its flight: re-check the tiers, take
+// the lease, take a limiter slot, load, write. old is the entry a background
+// refresh replaces, nil for a miss.
+func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co callOpts, old *entry[V]) (*entry[V], error) {
+	background := old != nil
+	staleOK := !background && !co.noStale
+	gen := c.gens.get(key)
+	now := nowNano()
+
+	// A stale candidate, served to lease losers and on load errors.
+	var candidate *entry[V]
+	if e, ok := c.local.GetIfPresent(key); ok && now < e.hard {
+		trusted := c.cfg.Store == nil || now < e.near
+		switch {
+		case background && e != old && trusted && now < e.soft:
+			return e, nil // refreshed by someone else meanwhile
+		case !background && trusted && now < e.soft:
+			return e, nil // a flight that just finished
+		case !background && trusted && staleOK:
+			return e, nil
+		}
+		candidate = e
+	}
+
+	remoteUp := c.cfg.Store != nil
+	if remoteUp {
+		env, err := c.cfg.Store.Load(ctx, key)
+		switch {
+		case err != nil:
+			c.st.remoteErrors.add(1)
+			remoteUp = false
+			if candidate != nil && !background && (now < candidate.soft || staleOK) {
+				return candidate, nil
+			}
+		case env == nil:
+			candidate = nil // gone remotely: the local copy is not to be trusted
+		default:
+			if re, ok := c.decode(env); ok {
+				if re.hard > now && (!background && now < re.soft || background && re.soft > old.soft) {
+					c.setLocal(key, re, gen)
+					return re, nil
+				}
+				if re.hard > now {
+					if !background && staleOK {
+						c.setLocal(key, re, gen)
+						return re, nil
+					}
+					candidate = re
+				}
+			}
+		}
+	}
+
+	var token string
+	var fence uint64
+	if remoteUp && c.cfg.Lease != nil {
+		var after time.Time
+		if background {
+			after = time.Unix(0, old.soft)
+		}
+		e, g, err := c.acquire(ctx, key, after, background, co, candidate)
+		switch {
+		case err != nil && errors.Is(err, errRemote):
+			remoteUp = false
+		case err != nil:
+			return nil, err
+		case e != nil:
+			if !e.stale(nowNano()) {
+				c.setLocal(key, e, gen)
+			}
+			return e, nil
+		default:
+			token, fence = g.Token, g.Fence
+			defer c.release(ctx, key, token)
+			stop := c.watchdog(ctx, key, token)
+			defer stop()
+		}
+	}
+
+	if l := c.cfg.Limiter; l != nil {
+		if background {
+			if !l.TryAcquireBackground() {
+				c.st.shed.add(1)
+				return nil, errSkipped
+			}
+		} else if err := l.Acquire(ctx); err != nil {
+			if errors.Is(err, limiter.ErrOverloaded) {
+				c.st.shed.add(1)
+			}
+			return nil, err
+		}
+		defer l.Release()
+	}
+
+	v, delta, d, err := c.runLoad(ctx, load)
+	now = nowNano()
+	if err != nil {
+		c.st.loadErrors.add(1)
+		if errors.Is(err, ErrNotFound) && c.cfg.NegativeTTL > 0 {
+			ttl := int64(c.cfg.NegativeTTL)
+			e := &entry[V]{soft: now + ttl, hard: now + ttl, negative: true}
+			c.store(ctx, key, e, token, fence, remoteUp, gen)
+			return e, nil
+		}
+		if candidate != nil && staleOK && now < candidate.hard {
+			c.st.staleIfError.add(1)
+			return candidate, nil
+		}
+		return nil, err
+	}
+	e := &entry[V]{value: v, delta: int64(delta)}
+	if d.noCache {
+		e.uncached = true
+		return e, nil
+	}
+	soft, hard := c.cfg.SoftTTL, c.cfg.HardTTL
+	if d.soft > 0 {
+		soft, hard = d.soft, max(d.hard, d.soft)
+	}
+	soft, hard = c.cfg.jitter.Pair(soft, hard, c.jitterDraw())
+	e.soft, e.hard = now+int64(soft), now+int64(hard)
+	c.store(ctx, key, e, token, fence, remoteUp, gen)
+	return e, nil
+}
+
+// store writes a freshly loaded entry to the Store (fenced when it holds the
+// lease) and to the local tier, unless a newer write or an invalidation
+// happened since the load began.
+func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], token string, fence uint64, remoteUp bool, gen uint64) {
+	if remoteUp {
+		env, err := c.encode(e)
+		if err != nil {
+			c.st.encodeErrors.add(1)
+			return // a value the codec cannot encode is served, not cached
+		}
+		rctx, cancel := c.remoteCtx(ctx)
+		defer cancel()
+		ttl := time.Duration(e.hard - nowNano())
+		if token != "" {
+			ok, err := c.cfg.Store.Write(rctx, key, env, fence, ttl)
+			switch {
+			case err != nil:
+				c.st.remoteErrors.add(1)
+			case !ok:
+				c.st.fencedWrites.add(1)
+				return // a newer write or an invalidation won: keep out of both tiers
+			default:
+				e.fence = fence
+			}
+		} else {
+			f, err := c.cfg.Store.Set(rctx, key, env, ttl)
+			if err != nil {
+				c.st.remoteErrors.add(1)
+			} else {
+				e.fence = f
+			}
+		}
+		if c.cfg.NearTTL > 0 {
+			e.near = nowNano() + int64(c.cfg.NearTTL)
+		}
+	}
+	c.setLocal(key, e, gen)
+}
+
+// remoteCtx bounds a remote call made on behalf of a load that may have used
+// up its own time; it keeps ctx's values.
+func (c *Cache[V]) remoteCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
+}
+
+// directives is what a load decided about its own entry through SetTTL and
+// NoCache.
+type directives struct {
+	soft, hard time.Duration
+	noCache    bool
+}
+
+type directivesKey struct{}
+
+// SetTTL sets, from inside a load, the soft and hard TTL of the entry that
+// load is making (before jitter); hard below soft means no stale window.
+// Outside a load it does nothing.
+func SetTTL(ctx context.Context, soft, hard time.Duration) {
+	if d, ok := ctx.Value(directivesKey{}).(*directives); ok && soft > 0 {
+		d.soft, d.hard = soft, hard
+	}
+}
+
+// NoCache tells the cache, from inside a load, to return the value the load
+// returns to its callers without caching it in either tier. Outside a load
+// it does nothing.
+func NoCache(ctx context.Context) {
+	if d, ok := ctx.Value(directivesKey{}).(*directives); ok {
+		d.noCache = true
+	}
+}
+
+// runLoad calls load, cancelled if the cache closes, and measures it.
+func (c *Cache[V]) runLoad(ctx context.Context, load LoadFunc[V]) (V, time.Duration, *directives, error) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.closeCtx, cancel)
+	defer stop()
+	d := &directives{}
+	lctx = context.WithValue(lctx, directivesKey{}, d)
+	c.st.loads.add(1)
+	start := time.Now()
+	v, err := load(lctx)
+	return v, time.Since(start), d, err
+}
+
+func (c *Cache[V]) decode(env []byte) (*entry[V], bool) {
+	ev, err := envelope.Decode(env)
+	if err != nil {
+		c.st.decodeErrors.add(1)
+		return nil, false
+	}
+	e := &entry[V]{
+		soft:     ev.Soft * int64(time.Millisecond),
+		hard:     ev.Hard * int64(time.Millisecond),
+		delta:    int64(ev.Delta),
+		fence:    ev.Fence,
+		negative: ev.Flags&envelope.FlagNegative != 0,
+	}
+	if !e.negative {
+		v, err := c.cfg.Codec.Unmarshal(ev.Value)
+		if err != nil {
+			c.st.decodeErrors.add(1)
+			return nil, false
+		}
+		e.value = v
+	}
+	if c.cfg.NearTTL > 0 {
+		e.near = nowNano() + int64(c.cfg.NearTTL)
+	}
+	return e, true
+}
+
+func (c *Cache[V]) encode(e *entry[V]) ([]byte, error) {
+	ev := envelope.Envelope{
+		Soft:  e.soft / int64(time.Millisecond),
+		Hard:  e.hard / int64(time.Millisecond),
+		Delta: time.Duration(e.delta),
+	}
+	if e.negative {
+		ev.Flags |= envelope.FlagNegative
+	} else {
+		b, err := c.cfg.Codec.Marshal(e.value)
+		if err != nil {
+			return nil, err
+		}
+		ev.Value = b
+	}
+	return envelope.Append(nil, &ev), nil
+}
+
+// setLocal puts e in the local tier unless key was set or invalidated since
+// gen was read.
+func (c *Cache[V]) setLocal(key string, e *entry[V], gen uint64) {
+	s := c.gens.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n != gen {
+		return
+	}
+	c.local.Set(key, e)
+}
+
+// noticed handles a change notice from another replica.
+func (c *Cache[V]) noticed(key string, fence uint64) {
+	if key == "" {
+		c.local.InvalidateAll()
+		return
+	}
+	if e, ok := c.local.GetIfPresent(key); ok && e.fence < fence {
+		c.local.Invalidate(key)
+	}
+}
+
+// Set stores v under key in both tiers with the configured TTLs (jittered),
+// fencing out every load of key that began before it.
+func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	now := nowNano()
+	soft, hard := c.cfg.jitter.Pair(c.cfg.SoftTTL, c.cfg.HardTTL, c.jitterDraw())
+	e := &entry[V]{value: v, soft: now + int64(soft), hard: now + int64(hard)}
+	var err error
+	if c.cfg.Store != nil {
+		var env []byte
+		if env, err = c.encode(e); err != nil {
+			return fmt.Errorf("herd: encode %q: %w", key, err)
+		}
+		var f uint64
+		if f, err = c.cfg.Store.Set(ctx, key, env, time.Duration(hard)); err != nil {
+			c.st.remoteErrors.add(1)
+			err = fmt.Errorf("%w: set %q: %w", ErrDegraded, key, err)
+		} else {
+			e.fence = f
+			if c.cfg.NearTTL > 0 {
+				e.near = nowNano() + int64(c.cfg.NearTTL)
+			}
+		}
+	}
+	s := c.gens.stripe(key)
+	s.mu.Lock()
+	s.n++
+	if err == nil {
+		c.local.Set(key, e)
+	} else {
+		c.local.Invalidate(key)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// Invalidate drops key from both tiers. A load of key running now cannot
+// write its value back, and the next Get starts a new load; callers that had
+// already joined the running load may still receive its value. With a Store,
+// other replicas drop their copies on the change notice, or within NearTTL if
+// the notice is lost. When the Store cannot be reached, the local copy is
+// dropped and the error wraps [ErrDegraded].
+func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	s := c.gens.stripe(key)
+	s.mu.Lock()
+	s.n++
+	c.local.Invalidate(key)
+	s.mu.Unlock()
+	c.flights.Forget(key)
+	if c.cfg.Store != nil {
+		if err := c.cfg.Store.Invalidate(ctx, key); err != nil {
+			c.st.remoteErrors.add(1)
+			return fmt.Errorf("%w: invalidate %q: %w", ErrDegraded, key, err)
+		}
+	}
+	return nil
+}
+
+// Close stops background refreshes, cancels running loads and stops every
+// goroutine the cache started, waiting for them until ctx ends. Calls after
+// Close return [ErrClosed].
+func (c *Cache[V]) Close(ctx context.Context) error {
+	c.mu.Lock()
+	already := c.closed.Swap(true)
+	c.mu.Unlock()
+	if already {
+		return nil
+	}
+	c.cancel()
+	if c.unsubscribe != nil {
+		c.unsubscribe()
+	}
+	done := make(chan struct{})
+	go func() {
+		c.bg.Wait()
+		c.local.StopAllGoroutines()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("herd: close: %w", ctx.Err())
+	}
+}
+
+// generations fences the local tier: Set and Invalidate bump the generation
+// of their key's stripe, and a load started under an older generation does
+// not write to the local tier. Keys share stripes, so an unrelated write can
+// keep a value out of the local tier, never let an old one in.
+type generations struct {
+	seed    maphash.Seed
+	stripes [256]genStripe
+}
+
+type genStripe struct {
+	mu sync.Mutex
+	n  uint64 // guarded by mu
+	_  [48]byte
+}
+
+func (g *generations) stripe(key string) *genStripe {
+	return &g.stripes[maphash.String(g.seed, key)%uint64(len(g.stripes))]
+}
+
+func (g *generations) get(key string) uint64 {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}

@@ -1,0 +1,42 @@
+// Package herd is a get-or-load cache that keeps a hot key from turning into
+// a thundering herd on the backing store.
+//
+// A [Cache] answers Get from a local tier of decoded values and, when a
+// [Store] is configured, a remote tier shared by every replica. On a miss it
+// lets one load per key run at a time in the process (coalescing), and with a
+// [Lease] one per fleet; early refresh (XFetch), stale-while-revalidate, TTL
+// jitter and a backing-store [limiter.Limiter] keep that one load off the
+// readers' path and within the backing store's capacity.
+//
+// # Keys
+//
+// A key must hold every input that changes the value it names: the tenant,
+// the caller's authorisation scope, the locale, the query parameters. Build
+// keys with [Key], which encodes its parts so that no two different part
+// lists give the same key.
+//
+// # Consistency
+//
+// What a reader may see:
+//
+//   - After Set or Invalidate on a replica, that replica's next Get returns
+//     the new value (or loads one). A load that began before the Set or
+//     Invalidate never writes its value into either tier afterwards (the
+//     local generation and the remote fence refuse it); callers that had
+//     already joined that load may still receive its value.
+//   - Other replicas drop their local copy when the change notice reaches
+//     them; since notices can be lost, a replica may serve its old copy for
+//     at most [Options.NearTTL] after the change (plus, if that copy is
+//     stale, the stale window below).
+//   - Between the soft and the hard TTL a value is stale: Get returns it at
+//     once and one background refresh runs (stale-while-revalidate); if that
+//     refresh fails the stale value goes on being served until the hard TTL
+//     (stale-if-error). A value is never served past its hard TTL.
+//   - With NoStale (per cache or per call) nothing stale is ever served: a
+//     stale value is a miss, and a failed load returns its error.
+//   - Errors are never cached; only [ErrNotFound] is, and only when
+//     [Options.NegativeTTL] is set.
+//
+// Fencing holds while the Store keeps the writes it acknowledged; see the
+// Store implementation for what that requires of its servers.
+package herd

@@ -1,0 +1,38 @@
+package herd
+
+import (
+	"errors"
+
+	"github.com/herdcache/herd/limiter"
+)
+
+var (
+	// ErrNotFound is what a load returns when its key has no value. When
+	// [Options.NegativeTTL] is set, the cache remembers it for that long and
+	// Get returns ErrNotFound without calling the load.
+	ErrNotFound = errors.New("herd: not found")
+
+	// ErrOverloaded is returned, wrapped in a *[limiter.OverloadError], when the
+	// backing-store limiter sheds a call: its queue timed out or was full. The
+	// load was not called.
+	ErrOverloaded = limiter.ErrOverloaded
+
+	// ErrLeaseHeld is returned under [FailFast] when another replica holds the
+	// key's lease and no value can be served.
+	ErrLeaseHeld = errors.New("herd: lease held by another replica")
+
+	// ErrLeaseTimeout is returned under [Wait] when the lease holder did not
+	// complete within [Options.LeaseWait].
+	ErrLeaseTimeout = errors.New("herd: timed out waiting for the lease holder")
+
+	// ErrDegraded is returned, wrapped, by Invalidate when the remote tier is
+	// unavailable: the local copy was dropped, other replicas were not told.
+	ErrDegraded = errors.New("herd: remote tier unavailable")
+
+	// ErrClosed is returned by calls on a cache after Close.
+	ErrClosed = errors.New("herd: cache closed")
+
+	// ErrNoLoader is returned by Get when neither the call nor the options
+	// give a load function.
+	ErrNoLoader = errors.New("herd: no load function")
+)

@@ -1,0 +1,15 @@
+package herd
+
+// Hooks for the external tests of this package.
+
+// SetDraws replaces the random draws of c: xfetch must return numbers in
+// (0, 1] for XFetch, jitter numbers in [0, 1) for TTL jitter. Call it before
+// the cache is used.
+func SetDraws[V any](c *Cache[V], xfetch, jitter func() float64) {
+	if xfetch != nil {
+		c.draw = xfetch
+	}
+	if jitter != nil {
+		c.jitterDraw = jitter
+	}
+}

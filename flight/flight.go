@@ -1,0 +1,403 @@
+// Package flight runs one call of a function per key at a time and hands its result to every caller that asks for that key meanwhile.
+package flight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultTimeout bounds the context of a flight's function when
+// [Group.Timeout] is zero.
+const DefaultTimeout = time.Minute
+
+// ErrGoexit is the error every waiter gets when the function of its flight
+// called [runtime.Goexit] (as t.FailNow does) instead of returning.
+var ErrGoexit = errors.New("flight: function called runtime.Goexit")
+
+var (
+	errNilContext      = errors.New("flight: nil Context")
+	errNilFunc         = errors.New("flight: nil function")
+	errNegativeTimeout = errors.New("flight: negative Group.Timeout")
+)
+
+// PanicError is the error every waiter gets when the function of its flight
+// panicked. The panic is recovered: the process goes on and the key is free
+// for a new flight at once.
+type PanicError struct {
+	// Value is the value the function panicked with.
+	Value any
+	// Stack is the panicking goroutine's stack, taken where the panic was
+	// recovered.
+	Stack []byte
+}
+
+// Error reports the panic value; the stack is in the Stack field.
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("flight: function panicked: %v", e.Value)
+}
+
+// Unwrap returns the panic value when it is an error, so that [errors.Is]
+// and [errors.As] see through the panic.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// Group coalesces calls by key: while a function runs for a key, callers
+// asking for that key wait for its result instead of running their own.
+//
+// The zero value is ready to use. Set the fields before the first call to
+// [Group.Do] and leave them alone afterwards. A Group must not be copied
+// after first use.
+type Group[K comparable, V any] struct {
+	// Timeout bounds the context a flight's function runs with, from the
+	// moment the flight starts: when it has passed, that context is done
+	// with [context.DeadlineExceeded]. Zero means [DefaultTimeout]; a
+	// negative value makes Do fail. A function that ignores its context
+	// keeps its key busy until it returns; [Group.Forget] frees the key.
+	Timeout time.Duration
+
+	// CancelWhenAbandoned, when true, cancels a flight's context as soon as
+	// every caller waiting for it has left because its own context ended,
+	// and frees the key so that the next caller starts a new flight. When
+	// false (the default) the function runs to completion, so that its
+	// value reaches the callers that join later and can be cached.
+	CancelWhenAbandoned bool
+
+	// OnStart, when not nil, is called with the key each time a caller
+	// starts a new flight, before the function runs. It runs on that
+	// caller's goroutine and should return quickly.
+	OnStart func(key K)
+
+	// OnJoin, when not nil, is called with the key each time a caller joins
+	// a flight that another caller started. It runs on the joining
+	// caller's goroutine and should return quickly.
+	OnJoin func(key K)
+
+	mu       sync.Mutex
+	m        map[K]*call[V] // flights that new callers join; nil until first use
+	inFlight int            // functions running now, forgotten flights included
+}
+
+// call is one flight. It is also the context its function runs with.
+type call[V any] struct {
+	// Guarded by the group's mu.
+	waiters int32         // callers waiting for the result now
+	joins   int32         // callers that joined, ever; frozen once out of the map
+	inMap   bool          // the group's map holds this call under its key
+	done    chan struct{} // closed once val and err are set; made when a waiter must select
+
+	// wg is done once val and err are set: waiters whose context cannot
+	// end wait on it.
+	wg sync.WaitGroup
+
+	// Written once before wg is done and done is closed, read-only after.
+	val V
+	err error
+
+	// Written by the caller that started the flight before the function
+	// runs; read-only afterwards.
+	parent   context.Context // where Value looks; never cancelled
+	deadline time.Time
+
+	// The function's context state: cstate says whether and why it ended
+	// (it changes once, from ctxLive); cx is set by the first Done.
+	cstate atomic.Uint32
+	cx     atomic.Pointer[ctxDone]
+}
+
+// States of a flight's context.
+const (
+	ctxLive uint32 = iota
+	ctxCanceled
+	ctxExpired
+)
+
+// ctxDone is the Done channel of a flight's context and the timer that
+// closes it at the deadline.
+type ctxDone struct {
+	ch     chan struct{}
+	mu     sync.Mutex
+	closed bool        // guarded by mu; ch is closed
+	timer  *time.Timer // guarded by mu; nil once stopped
+}
+
+// Do returns the result of fn for key, running fn only if no flight for key
+// is running; otherwise it waits for the running flight and returns its
+// result. Every caller of one flight gets the same value and the same error.
+//
+// ctx bounds only this caller's wait: when it ends first, Do returns an
+// error wrapping ctx.Err() (and context.Cause(ctx) if different), and the
+// flight goes on for its other callers. A ctx that is already done makes Do
+// return at once without starting or joining a flight. fn runs with a
+// context that carries the values of the first caller's ctx but not its
+// cancellation, ends after [Group.Timeout], and ends once fn has returned.
+//
+// If the first caller's ctx can never end (its Done method returns nil, as
+// for [context.Background]) that caller runs fn on its own goroutine, as a
+// plain function call would; otherwise fn runs on a new goroutine so that
+// the first caller can leave when its ctx ends.
+//
+// A panic in fn is recovered and returned to every caller as a
+// [*PanicError]; a fn that calls runtime.Goexit gives its callers
+// [ErrGoexit] (a first caller that runs fn itself exits with it).
+//
+// shared reports whether the result went to more than one caller: it is
+// true for every caller that joined a flight another caller started, and
+// true for the caller that started the flight when anyone joined it.
+func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V, error)) (v V, err error, shared bool) {
+	if ctx == nil {
+		return v, errNilContext, false
+	}
+	if fn == nil {
+		return v, errNilFunc, false
+	}
+	timeout := g.Timeout
+	if timeout <= 0 {
+		if timeout < 0 {
+			return v, errNegativeTimeout, false
+		}
+		timeout = DefaultTimeout
+	}
+	done := ctx.Done()
+	if done != nil {
+		select {
+		case <-done:
+			return v, waitError(ctx), false
+		default:
+		}
+	}
+
+	g.mu.Lock()
+	if c, ok := g.m[key]; ok {
+		c.waiters++
+		c.joins++
+		if done != nil && c.done == nil {
+			c.done = make(chan struct{})
+		}
+		g.mu.Unlock()
+		if g.OnJoin != nil {
+			g.OnJoin(key)
+		}
+		if done == nil {
+			c.wg.Wait()
+			return c.val, c.err, true
+		}
+		return g.wait(ctx, done, c, key, true)
+	}
+	if g.m == nil {
+		g.m = make(map[K]*call[V])
+	}
+	c := new(call[V])
+	c.wg.Add(1)
+	c.waiters = 1
+	c.inMap = true
+	if done != nil {
+		c.done = make(chan struct{})
+	}
+	g.m[key] = c
+	g.inFlight++
+	g.mu.Unlock()
+
+	c.deadline = time.Now().Add(timeout)
+	if g.OnStart != nil {
+		g.OnStart(key)
+	}
+	if done == nil {
+		// ctx can never end, so it needs no stripping and this caller can
+		// never leave: it runs fn itself.
+		c.parent = ctx
+		g.run(c, key, fn)
+		return c.val, c.err, c.joins > 0
+	}
+	c.parent = context.WithoutCancel(ctx)
+	go g.run(c, key, fn)
+	return g.wait(ctx, done, c, key, false)
+}
+
+// wait waits for c's result or for ctx to end, whichever comes first.
+func (g *Group[K, V]) wait(ctx context.Context, done <-chan struct{}, c *call[V], key K, joined bool) (v V, err error, shared bool) {
+	select {
+	case <-c.done:
+		return c.val, c.err, joined || c.joins > 0
+	case <-done:
+	}
+	g.mu.Lock()
+	c.waiters--
+	abandoned := c.waiters == 0 && g.CancelWhenAbandoned
+	if abandoned && c.inMap {
+		delete(g.m, key)
+		c.inMap = false
+	}
+	g.mu.Unlock()
+	if abandoned {
+		c.end(ctxCanceled)
+	}
+	return v, waitError(ctx), false
+}
+
+// waitError is the error of a caller whose ctx ended before its result came.
+func waitError(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("flight: stopped waiting: %w: %w", err, cause)
+	}
+	return fmt.Errorf("flight: stopped waiting: %w", err)
+}
+
+// run calls fn for c and publishes its outcome, whatever way fn ends.
+func (g *Group[K, V]) run(c *call[V], key K, fn func(context.Context) (V, error)) {
+	normal := false
+	defer func() {
+		if !normal {
+			var zero V
+			c.val = zero
+			if r := recover(); r != nil {
+				c.err = &PanicError{Value: r, Stack: debug.Stack()}
+			} else {
+				c.err = ErrGoexit
+			}
+		}
+		g.finish(c, key)
+	}()
+	c.val, c.err = fn(c)
+	normal = true
+}
+
+// finish ends c's context, removes c from the map if it is still there and
+// only then lets the waiters see the result, so that no caller arriving
+// after a waiter has seen it can join the finished flight.
+func (g *Group[K, V]) finish(c *call[V], key K) {
+	c.end(ctxCanceled)
+	g.mu.Lock()
+	if c.inMap {
+		delete(g.m, key)
+		c.inMap = false
+	}
+	g.inFlight--
+	done := c.done
+	g.mu.Unlock()
+	c.wg.Done()
+	if done != nil {
+		close(done)
+	}
+}
+
+// Forget makes the next caller for key start a new flight. Callers already
+// waiting for the running flight keep waiting for it, and its end leaves the
+// new flight alone.
+func (g *Group[K, V]) Forget(key K) {
+	g.mu.Lock()
+	if c, ok := g.m[key]; ok {
+		delete(g.m, key)
+		c.inMap = false
+	}
+	g.mu.Unlock()
+}
+
+// InFlight returns how many flights' functions are running now, including
+// those of forgotten and abandoned flights that have not returned yet.
+func (g *Group[K, V]) InFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inFlight
+}
+
+// Waiters returns how many callers are waiting for the flight that a new
+// caller for key would join, the caller that started it included; zero when
+// there is none.
+func (g *Group[K, V]) Waiters(key K) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.m[key]; ok {
+		return int(c.waiters)
+	}
+	return 0
+}
+
+// end ends the function's context for reason unless it has already ended.
+func (c *call[V]) end(reason uint32) {
+	if !c.cstate.CompareAndSwap(ctxLive, reason) {
+		return
+	}
+	// A Done that stored cx before the swap above is seen here; one that
+	// stores it later sees the new state itself.
+	if x := c.cx.Load(); x != nil {
+		x.close()
+	}
+}
+
+func (x *ctxDone) close() {
+	x.mu.Lock()
+	if !x.closed {
+		close(x.ch)
+		x.closed = true
+	}
+	t := x.timer
+	x.timer = nil
+	x.mu.Unlock()
+	if t != nil {
+		t.Stop()
+	}
+}
+
+func (c *call[V]) expire() { c.end(ctxExpired) }
+
+// Deadline reports when the flight's timeout ends its context.
+func (c *call[V]) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Done returns a channel closed when the flight's context ends. The channel
+// and the timer behind it are made on the first call, so a function that
+// never asks for Done costs neither.
+func (c *call[V]) Done() <-chan struct{} {
+	if x := c.cx.Load(); x != nil {
+		return x.ch
+	}
+	x := &ctxDone{ch: make(chan struct{})}
+	if !c.cx.CompareAndSwap(nil, x) {
+		return c.cx.Load().ch
+	}
+	if c.cstate.Load() != ctxLive {
+		x.close()
+		return x.ch
+	}
+	d := time.Until(c.deadline)
+	if d <= 0 {
+		c.end(ctxExpired)
+		return x.ch
+	}
+	x.mu.Lock()
+	if !x.closed {
+		x.timer = time.AfterFunc(d, c.expire)
+	}
+	x.mu.Unlock()
+	return x.ch
+}
+
+// Err returns nil until the flight's context ends, then why it ended. It
+// reads the clock itself, so it reports the deadline even when no Done
+// channel (and so no timer) exists.
+func (c *call[V]) Err() error {
+	s := c.cstate.Load()
+	if s == ctxLive && !time.Now().Before(c.deadline) {
+		c.end(ctxExpired)
+		s = c.cstate.Load()
+	}
+	switch s {
+	case ctxCanceled:
+		return context.Canceled
+	case ctxExpired:
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// Value returns the first caller's value for key.
+func (c *call[V]) Value(key any) any { return c.parent.Value(key) }
+
+func (c *call[V]) String() string { return "flight.Context" }

@@ -1,0 +1,150 @@
+package herd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+var (
+	// errRemote marks a remote-tier failure met while taking a lease: the
+	// load goes on without the lease and without writing remotely.
+	errRemote = errors.New("herd: remote tier error")
+	// errUnfenced is how a Wait loser whose wait timed out is told to load
+	// without writing (Options.LoadOnLeaseTimeout).
+	errUnfenced = errors.New("herd: load without the lease")
+)
+
+// Bounds of the fallback re-read of a Wait loser between completion notices.
+const (
+	minWaitBackoff = 50 * time.Millisecond
+	maxWaitBackoff = time.Second
+)
+
+// acquire settles a miss at the lease. It returns one of: an entry to serve
+// (fresh from the lease holder, or a stale candidate), a grant with a token
+// to load under, an empty grant when the stored value cannot be decoded (load
+// and overwrite it with Set), or an error: errSkipped for a background
+// refresh that found the lease held, errRemote or errUnfenced to load without
+// a remote write, or one for the caller.
+func (c *Cache[V]) acquire(ctx context.Context, key string, after time.Time, background bool, co callOpts, candidate *entry[V]) (*entry[V], Grant, error) {
+	deadline := time.Now().Add(c.cfg.LeaseWait)
+	backoff := minWaitBackoff
+	waited, pushed := false, false
+	for {
+		g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, after)
+		if err != nil {
+			c.st.remoteErrors.add(1)
+			if ctx.Err() != nil {
+				return nil, g, fmt.Errorf("herd: %w", ctx.Err())
+			}
+			return nil, g, fmt.Errorf("%w: acquire %q: %w", errRemote, key, err)
+		}
+		if g.Value != nil {
+			e, ok := c.decode(g.Value)
+			if !ok {
+				return nil, Grant{}, nil
+			}
+			if waited {
+				if pushed {
+					c.st.wokenByPush.add(1)
+				} else {
+					c.st.wokenByPoll.add(1)
+				}
+			}
+			return e, Grant{}, nil
+		}
+		if g.Token != "" {
+			c.st.leaseAcquired.add(1)
+			return nil, g, nil
+		}
+		c.st.leaseContended.add(1)
+		if background {
+			return nil, g, errSkipped
+		}
+		if candidate != nil && !co.noStale && co.policy != Wait && nowNano() < candidate.hard {
+			return candidate, g, nil
+		}
+		if co.policy == FailFast {
+			return nil, g, ErrLeaseHeld
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			c.st.leaseWaitTimeouts.add(1)
+			if c.cfg.LoadOnLeaseTimeout {
+				return nil, g, errUnfenced
+			}
+			return nil, g, ErrLeaseTimeout
+		}
+		wctx, cancel := context.WithTimeout(ctx, min(backoff, remaining))
+		werr := c.cfg.Lease.Wait(wctx, key)
+		cancel()
+		waited, pushed = true, werr == nil
+		if werr != nil {
+			if ctx.Err() != nil {
+				return nil, g, fmt.Errorf("herd: %w", ctx.Err())
+			}
+			if !errors.Is(werr, context.DeadlineExceeded) {
+				c.st.remoteErrors.add(1)
+				return nil, g, fmt.Errorf("%w: wait %q: %w", errRemote, key, werr)
+			}
+		}
+		backoff = min(2*backoff, maxWaitBackoff)
+	}
+}
+
+// release gives up the lease and announces completion, on a context of its
+// own so that it runs even when the load used up its time.
+func (c *Cache[V]) release(ctx context.Context, key, token string) {
+	rctx, cancel := c.remoteCtx(ctx)
+	defer cancel()
+	if err := c.cfg.Lease.Release(rctx, key, token); err != nil {
+		c.st.remoteErrors.add(1)
+	}
+}
+
+// watchdog extends the lease every LeaseTTL/3 while the load runs, each
+// extension bounded by LeaseTTL/6. It stops when stop is called, when ctx
+// (bounded by the load's own deadline) ends, when the cache closes, or when
+// the lease is lost; a load that lost its lease may finish, but its write is
+// fenced.
+func (c *Cache[V]) watchdog(ctx context.Context, key, token string) (stop func()) {
+	ttl := c.cfg.LeaseTTL
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-c.closeCtx.Done():
+				return
+			case <-t.C:
+			}
+			ectx, cancel := context.WithTimeout(ctx, ttl/6)
+			ok, err := c.cfg.Lease.Extend(ectx, key, token, ttl)
+			cancel()
+			switch {
+			case err != nil:
+				c.st.remoteErrors.add(1)
+			case !ok:
+				c.st.leaseLost.add(1)
+				return
+			default:
+				c.st.leaseExtended.add(1)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

@@ -1,0 +1,487 @@
+// Package limiter caps concurrent calls to a backing store, queueing foreground calls by priority and shedding load when the queue is too long or too slow.
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Priority orders foreground calls waiting for a slot: High before Normal
+// before Low, first come first served within one priority. The zero value is
+// Normal.
+type Priority int8
+
+// Priorities, lowest first.
+const (
+	Low    Priority = -1
+	Normal Priority = 0
+	High   Priority = 1
+)
+
+// String returns "low", "normal" or "high".
+func (p Priority) String() string {
+	switch p {
+	case Low:
+		return "low"
+	case Normal:
+		return "normal"
+	case High:
+		return "high"
+	}
+	return "priority(" + strconv.Itoa(int(p)) + ")"
+}
+
+type priorityKey struct{}
+
+// WithPriority returns a copy of ctx that carries p for [Limiter.Acquire].
+// A p above High counts as High and one below Low as Low.
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, clamp(p))
+}
+
+// PriorityFrom returns the priority ctx carries, or Normal when it carries
+// none.
+func PriorityFrom(ctx context.Context) Priority {
+	p, _ := ctx.Value(priorityKey{}).(Priority)
+	return p
+}
+
+func clamp(p Priority) Priority {
+	return min(max(p, Low), High)
+}
+
+// Reasons a call is shed, as found in [OverloadError.Reason].
+const (
+	// ReasonQueueTimeout: a foreground call waited QueueTimeout without a slot.
+	ReasonQueueTimeout = "queue-timeout"
+	// ReasonQueueFull: a Low-priority call found MaxQueue or more calls waiting.
+	ReasonQueueFull = "queue-full"
+	// ReasonReserve: a background call found no slot outside the reserve.
+	ReasonReserve = "reserve"
+)
+
+// ErrOverloaded is matched, through errors.Is, by every [*OverloadError].
+var ErrOverloaded = errors.New("limiter: overloaded")
+
+// OverloadError reports a call that the limiter shed instead of running.
+type OverloadError struct {
+	// Reason is ReasonQueueTimeout, ReasonQueueFull or ReasonReserve.
+	Reason string
+	// Priority is the priority of the shed call; Normal for background calls.
+	Priority Priority
+	// Background reports whether the shed call was a background one.
+	Background bool
+	// RetryAfter is a hint for how long a client should wait before trying
+	// again: the limiter's QueueTimeout, or one second when that is zero.
+	RetryAfter time.Duration
+}
+
+func (e *OverloadError) Error() string {
+	if e.Background {
+		return "limiter: overloaded: " + e.Reason + " (background)"
+	}
+	return "limiter: overloaded: " + e.Reason + " (priority " + e.Priority.String() + ")"
+}
+
+// Is reports whether target is ErrOverloaded.
+func (e *OverloadError) Is(target error) bool {
+	return target == ErrOverloaded
+}
+
+// Options configures a [Limiter].
+type Options struct {
+	// Limit is the maximum number of slots held at once. It must be above zero.
+	Limit int
+	// Reserve is the number of slots that background calls may not take: they
+	// succeed only while fewer than Limit-Reserve slots are held. Zero reserves
+	// none. It must be at least zero and below Limit.
+	Reserve int
+	// QueueTimeout is how long a foreground call may wait for a slot before it
+	// is shed. Zero means it waits until its context ends. It must not be
+	// negative.
+	QueueTimeout time.Duration
+	// MaxQueue is the number of waiting calls at or beyond which a Low-priority
+	// call that would have to wait is shed at once; Normal and High calls
+	// still wait. Zero means no bound. It must not be negative.
+	MaxQueue int
+}
+
+// DefaultOptions returns the recommended options for limit slots: a quarter
+// of them reserved for foreground calls (at least one when limit is above
+// one), a one-second queue timeout, and Low-priority calls shed once
+// 4*limit calls are waiting.
+func DefaultOptions(limit int) Options {
+	reserve := limit / 4
+	if limit > 1 && reserve < 1 {
+		reserve = 1
+	}
+	return Options{
+		Limit:        limit,
+		Reserve:      max(reserve, 0),
+		QueueTimeout: time.Second,
+		MaxQueue:     max(4*limit, 0),
+	}
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Limit <= 0:
+		return fmt.Errorf("limiter: Limit is %d, must be above zero", o.Limit)
+	case o.Reserve < 0:
+		return fmt.Errorf("limiter: Reserve is %d, must not be negative", o.Reserve)
+	case o.Reserve >= o.Limit:
+		return fmt.Errorf("limiter: Reserve is %d, must be below Limit (%d)", o.Reserve, o.Limit)
+	case o.QueueTimeout < 0:
+		return fmt.Errorf("limiter: QueueTimeout is %v, must not be negative", o.QueueTimeout)
+	case o.MaxQueue < 0:
+		return fmt.Errorf("limiter: MaxQueue is %d, must not be negative", o.MaxQueue)
+	}
+	return nil
+}
+
+// Stats is a snapshot of a [Limiter]'s counters since it was made. Every shed
+// call is counted once by reason and once by priority.
+type Stats struct {
+	// Acquired counts slots granted, foreground and background.
+	Acquired uint64
+	// ShedQueueTimeout counts foreground calls that waited QueueTimeout
+	// without getting a slot.
+	ShedQueueTimeout uint64
+	// ShedQueueFull counts Low-priority calls shed because MaxQueue or more
+	// calls were waiting.
+	ShedQueueFull uint64
+	// ShedReserve counts background calls that found no slot outside the
+	// reserve.
+	ShedReserve uint64
+	// ShedLow, ShedNormal and ShedHigh count shed foreground calls by
+	// priority; ShedBackground counts shed background calls.
+	ShedLow, ShedNormal, ShedHigh, ShedBackground uint64
+	// Canceled counts foreground calls whose context ended before they got a
+	// slot. They are not shed.
+	Canceled uint64
+	// QueueWait is the total time spent waiting by the QueueWaits calls that
+	// had to wait, whatever the outcome of the wait.
+	QueueWait  time.Duration
+	QueueWaits uint64
+	// MaxInUse is the largest number of slots held at once.
+	MaxInUse int
+}
+
+// Shed returns the number of calls shed, for any reason.
+func (s Stats) Shed() uint64 {
+	return s.ShedQueueTimeout + s.ShedQueueFull + s.ShedReserve
+}
+
+// A Limiter hands out a fixed number of slots. Foreground calls that find
+// none free wait in priority order; background calls never wait. It is safe
+// for concurrent use and may be shared by many caches.
+type Limiter struct {
+	limit        int
+	reserve      int
+	queueTimeout time.Duration
+	maxQueue     int
+	retryAfter   time.Duration
+
+	mu sync.Mutex
+	// inUse is the number of slots held, at most limit. Guarded by mu.
+	// Whenever a queue is non-empty, inUse == limit: a slot released while
+	// calls wait passes straight to the first of them.
+	inUse int
+	// queues holds the waiting calls by priority (index Priority+1), each
+	// in arrival order. Guarded by mu.
+	queues [3]queue
+	// waiting is the total length of queues. Guarded by mu.
+	waiting int
+
+	acquired   atomic.Uint64
+	shedReason [3]atomic.Uint64 // by reason: queue-timeout, queue-full, reserve
+	shedPrio   [4]atomic.Uint64 // by Priority+1; [3] is background
+	canceled   atomic.Uint64
+	queueWait  atomic.Int64
+	queueWaits atomic.Uint64
+	maxInUse   atomic.Int64 // written under mu
+
+	// testHookWaitEnded, when set, runs after a wait ends by timeout or
+	// context and before the waiter takes mu to leave its queue.
+	testHookWaitEnded func()
+}
+
+// A waiter is one call waiting for a slot. Waiters are not pooled: a channel
+// made inside a testing/synctest bubble must never be used outside it.
+type waiter struct {
+	// ready receives one value when the waiter is granted a slot, sent under
+	// mu at the moment the waiter leaves its queue.
+	ready      chan struct{}
+	prev, next *waiter // guarded by mu
+}
+
+// queue is a FIFO list of waiters, linked through the waiters themselves so
+// that a waiter whose wait ends can leave from the middle.
+type queue struct {
+	head, tail *waiter
+}
+
+func (q *queue) push(w *waiter) {
+	w.prev = q.tail
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+}
+
+func (q *queue) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+}
+
+const (
+	reasonQueueTimeout = iota
+	reasonQueueFull
+	reasonReserve
+)
+
+var reasons = [...]string{ReasonQueueTimeout, ReasonQueueFull, ReasonReserve}
+
+// New returns a Limiter configured by o, or an error if o is invalid.
+func New(o Options) (*Limiter, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	retry := o.QueueTimeout
+	if retry == 0 {
+		retry = time.Second
+	}
+	return &Limiter{
+		limit:        o.Limit,
+		reserve:      o.Reserve,
+		queueTimeout: o.QueueTimeout,
+		maxQueue:     o.MaxQueue,
+		retryAfter:   retry,
+	}, nil
+}
+
+// Acquire takes a slot for a foreground call, waiting for one if none is
+// free, with the priority that ctx carries (see [WithPriority]). A nil error
+// means the caller holds a slot and must [Limiter.Release] it. A call shed
+// because it waited QueueTimeout, or because it is Low priority and the queue
+// is full, gets an [*OverloadError]; a call whose ctx ends first gets an
+// error wrapping ctx.Err() and its cause. Neither holds a slot.
+func (l *Limiter) Acquire(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		l.canceled.Add(1)
+		return ctxError(ctx)
+	default:
+	}
+
+	l.mu.Lock()
+	if l.inUse < l.limit {
+		// No call is waiting (see inUse), so this one is not overtaking any.
+		l.takeLocked()
+		l.mu.Unlock()
+		l.acquired.Add(1)
+		return nil
+	}
+	p := PriorityFrom(ctx)
+	if p == Low && l.maxQueue > 0 && l.waiting >= l.maxQueue {
+		l.mu.Unlock()
+		return l.shed(reasonQueueFull, p, false)
+	}
+	w := &waiter{ready: make(chan struct{}, 1)}
+	q := &l.queues[p+1]
+	q.push(w)
+	l.waiting++
+	l.mu.Unlock()
+
+	start := time.Now()
+	var timeout <-chan time.Time
+	if l.queueTimeout > 0 {
+		t := time.NewTimer(l.queueTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-w.ready:
+		l.waited(start)
+		l.acquired.Add(1)
+		return nil
+
+	case <-timeout:
+		if l.testHookWaitEnded != nil {
+			l.testHookWaitEnded()
+		}
+		l.mu.Lock()
+		select {
+		case <-w.ready:
+			// Granted between the timeout and taking mu: the slot is ours.
+			l.mu.Unlock()
+			l.waited(start)
+			l.acquired.Add(1)
+			return nil
+		default:
+		}
+		q.remove(w)
+		l.waiting--
+		l.mu.Unlock()
+		l.waited(start)
+		return l.shed(reasonQueueTimeout, p, false)
+
+	case <-ctx.Done():
+		if l.testHookWaitEnded != nil {
+			l.testHookWaitEnded()
+		}
+		l.mu.Lock()
+		select {
+		case <-w.ready:
+			// Granted between ctx ending and taking mu: the caller has gone,
+			// so pass the slot on.
+			l.releaseLocked()
+		default:
+			q.remove(w)
+			l.waiting--
+		}
+		l.mu.Unlock()
+		l.waited(start)
+		l.canceled.Add(1)
+		return ctxError(ctx)
+	}
+}
+
+// TryAcquireBackground takes a slot for a background call if one is free
+// outside the reserve, that is if fewer than Limit-Reserve slots are held,
+// and reports whether it did. It never waits; a false result counts as shed
+// with reason ReasonReserve. On true the caller must [Limiter.Release] the
+// slot.
+func (l *Limiter) TryAcquireBackground() bool {
+	l.mu.Lock()
+	if l.inUse < l.limit-l.reserve {
+		l.takeLocked()
+		l.mu.Unlock()
+		l.acquired.Add(1)
+		return true
+	}
+	l.mu.Unlock()
+	l.count(reasonReserve, 0, true)
+	return false
+}
+
+// Release gives back a slot taken by Acquire or TryAcquireBackground, handing
+// it to the first waiting call of the highest priority if there is one.
+// Calling it without holding a slot is a programming error, and it panics.
+func (l *Limiter) Release() {
+	l.mu.Lock()
+	if l.inUse == 0 {
+		l.mu.Unlock()
+		panic("limiter: Release called without a slot held")
+	}
+	l.releaseLocked()
+	l.mu.Unlock()
+}
+
+// releaseLocked gives back one held slot. l.mu must be held.
+func (l *Limiter) releaseLocked() {
+	for i := len(l.queues) - 1; i >= 0; i-- {
+		q := &l.queues[i]
+		if w := q.head; w != nil {
+			q.remove(w)
+			l.waiting--
+			w.ready <- struct{}{} // buffered, and sent to only once
+			return
+		}
+	}
+	l.inUse--
+}
+
+// takeLocked takes a free slot. l.mu must be held.
+func (l *Limiter) takeLocked() {
+	l.inUse++
+	if int64(l.inUse) > l.maxInUse.Load() {
+		l.maxInUse.Store(int64(l.inUse))
+	}
+}
+
+func (l *Limiter) waited(start time.Time) {
+	l.queueWait.Add(int64(time.Since(start)))
+	l.queueWaits.Add(1)
+}
+
+func (l *Limiter) count(reason int, p Priority, background bool) {
+	l.shedReason[reason].Add(1)
+	if background {
+		l.shedPrio[3].Add(1)
+	} else {
+		l.shedPrio[p+1].Add(1)
+	}
+}
+
+func (l *Limiter) shed(reason int, p Priority, background bool) error {
+	l.count(reason, p, background)
+	return &OverloadError{
+		Reason:     reasons[reason],
+		Priority:   p,
+		Background: background,
+		RetryAfter: l.retryAfter,
+	}
+}
+
+func ctxError(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("limiter: waiting for a slot: %w: %w", err, cause)
+	}
+	return fmt.Errorf("limiter: waiting for a slot: %w", err)
+}
+
+// InUse returns the number of slots held.
+func (l *Limiter) InUse() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inUse
+}
+
+// Waiting returns the number of foreground calls waiting for a slot.
+func (l *Limiter) Waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiting
+}
+
+// Limit returns the maximum number of slots held at once.
+func (l *Limiter) Limit() int {
+	return l.limit
+}
+
+// Stats returns a snapshot of the limiter's counters. Each counter is read
+// atomically, but not all of them at one instant.
+func (l *Limiter) Stats() Stats {
+	return Stats{
+		Acquired:         l.acquired.Load(),
+		ShedQueueTimeout: l.shedReason[reasonQueueTimeout].Load(),
+		ShedQueueFull:    l.shedReason[reasonQueueFull].Load(),
+		ShedReserve:      l.shedReason[reasonReserve].Load(),
+		ShedLow:          l.shedPrio[Low+1].Load(),
+		ShedNormal:       l.shedPrio[Normal+1].Load(),
+		ShedHigh:         l.shedPrio[High+1].Load(),
+		ShedBackground:   l.shedPrio[3].Load(),
+		Canceled:         l.canceled.Load(),
+		QueueWait:        time.Duration(l.queueWait.Load()),
+		QueueWaits:       l.queueWaits.Load(),
+		MaxInUse:         int(l.maxInUse.Load()),
+	}
+}

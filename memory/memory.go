@@ -1,0 +1,536 @@
+// Package memory is an in-process remote tier: caches that share one Remote act as replicas of one fleet.
+package memory
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/internal/envelope"
+)
+
+// subscribeQueue is how many notices a subscription queues for a slow fn
+// before it replaces them with one ("", 0) notice: drop everything.
+const subscribeQueue = 1024
+
+// Remote holds encoded envelopes, fences and leases in memory. It implements
+// [herd.Store], [herd.Lease] and [herd.Notifier] and is safe for concurrent
+// use. The zero value is not usable; call [New].
+//
+// Expiry follows time.Now, so testing/synctest's fake clock drives it.
+type Remote struct {
+	mu sync.Mutex
+	// down, when non-nil, is wrapped by the error of every Store and Lease call.
+	down error
+	// keys holds every key with a value, a lease or a fence above zero. An
+	// entry is dropped only when it has none of them: fences never expire.
+	keys map[string]*entry
+	// waits holds the current generation of each key that has waiters; an
+	// announcement closes its channel and removes it.
+	waits map[string]*generation
+	// subs holds the subscriptions that have not been stopped.
+	subs  map[*subscription]struct{}
+	stats Stats
+}
+
+// entry is one key's state.
+type entry struct {
+	// value is the stored envelope with its fence field set; nil when none.
+	// It is never handed out: readers get copies.
+	value []byte
+	// hard is when value stops being visible; meaningful only when value != nil.
+	hard time.Time
+	// fence is the key's fence: zero until first advanced, it only grows.
+	fence uint64
+	// token is the lease holder's token; empty when nobody holds the lease.
+	token string
+	// leaseEnd is when the lease expires; meaningful only when token != "".
+	leaseEnd time.Time
+}
+
+// generation is what Wait-ers of one key block on until the next announcement.
+type generation struct {
+	// ch is closed by the announcement that ends this generation.
+	ch chan struct{}
+	// n counts the Wait calls blocked on ch; the last one to give up removes
+	// the generation from Remote.waits, so abandoned waits leave nothing behind.
+	n int
+}
+
+// Stats counts what a Remote has done since [New]. A call that returns an
+// error counts only as a Failure; a Wait whose context ends counts nowhere.
+type Stats struct {
+	Loads         uint64 // Load calls
+	Writes        uint64 // Write calls that stored (fence current)
+	RefusedWrites uint64 // Write calls refused for a stale fence
+	Sets          uint64 // Set calls that stored
+	Invalidates   uint64 // Invalidate calls
+	AcquireValue  uint64 // Acquire calls answered with a fresh value
+	AcquireLease  uint64 // Acquire calls that took the lease
+	AcquireHeld   uint64 // Acquire calls that found the lease held by another
+	Extends       uint64 // Extend calls that extended a lease
+	Releases      uint64 // Release calls that gave up a held lease
+	Announces     uint64 // completions announced to Wait-ers (one per Release)
+	Failures      uint64 // calls that returned an error
+}
+
+var (
+	_ herd.Store    = (*Remote)(nil)
+	_ herd.Lease    = (*Remote)(nil)
+	_ herd.Notifier = (*Remote)(nil)
+)
+
+// New returns an empty, healthy Remote.
+func New() *Remote {
+	return &Remote{
+		keys:  make(map[string]*entry),
+		waits: make(map[string]*generation),
+		subs:  make(map[*subscription]struct{}),
+	}
+}
+
+// SetDown makes every later Store and Lease call fail with an error wrapping
+// err, and wakes every Wait with that error; a nil err brings the remote back
+// with its values, fences and leases as they were.
+func (r *Remote) SetDown(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = err
+	if err == nil {
+		return
+	}
+	for key, g := range r.waits {
+		close(g.ch)
+		delete(r.waits, key)
+	}
+}
+
+// Flush drops every value and lease, as a cache flush would, but keeps the
+// fences, so a write begun before the flush is still refused after a newer
+// acquisition. Subscribers and Wait-ers are not told, as with a Redis FLUSHALL.
+func (r *Remote) Flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, e := range r.keys {
+		e.value, e.token = nil, ""
+		if e.fence == 0 {
+			delete(r.keys, key)
+		}
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (r *Remote) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stats
+}
+
+// Load returns a copy of the envelope stored under key, or nil when there is
+// none or it is past its hard expiry.
+func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.check(ctx, "load", key); err != nil {
+		return nil, err
+	}
+	r.stats.Loads++
+	e := r.entry(key, time.Now(), false)
+	if e == nil || e.value == nil {
+		return nil, nil
+	}
+	return bytes.Clone(e.value), nil
+}
+
+// Write stores a copy of env, its fence field set to fence, under key for ttl
+// if fence is key's current fence, and notifies subscribers. An env that does
+// not decode is an error and changes nothing.
+func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.check(ctx, "write", key); err != nil {
+		return false, err
+	}
+	v, err := r.prepare(env, ttl, "write", key)
+	if err != nil {
+		return false, err
+	}
+	now := time.Now()
+	e := r.entry(key, now, true)
+	if e.fence != fence {
+		r.stats.RefusedWrites++
+		r.tidy(key, e)
+		return false, nil
+	}
+	if err := r.store(e, v, fence, now.Add(ttl), key); err != nil {
+		r.tidy(key, e)
+		return false, err
+	}
+	r.stats.Writes++
+	r.notify(key, fence)
+	return true, nil
+}
+
+// Set advances key's fence, stores a copy of env under the new fence for ttl,
+// notifies subscribers and returns the new fence. An env that does not decode
+// is an error and changes nothing, the fence included.
+func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Duration) (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.check(ctx, "set", key); err != nil {
+		return 0, err
+	}
+	v, err := r.prepare(env, ttl, "set", key)
+	if err != nil {
+		return 0, err
+	}
+	now := time.Now()
+	e := r.entry(key, now, true)
+	if err := r.canAdvance(e, "set", key); err != nil {
+		return 0, err
+	}
+	if err := r.store(e, v, e.fence+1, now.Add(ttl), key); err != nil {
+		r.tidy(key, e)
+		return 0, err
+	}
+	e.fence++
+	r.stats.Sets++
+	r.notify(key, e.fence)
+	return e.fence, nil
+}
+
+// Invalidate advances key's fence, deletes its value and notifies subscribers.
+func (r *Remote) Invalidate(ctx context.Context, key string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.check(ctx, "invalidate", key); err != nil {
+		return err
+	}
+	e := r.entry(key, time.Now(), true)
+	if err := r.canAdvance(e, "invalidate", key); err != nil {
+		return err
+	}
+	e.fence++
+	e.value = nil
+	r.stats.Invalidates++
+	r.notify(key, e.fence)
+	return nil
+}
+
+// Acquire returns a copy of key's value if its soft expiry is later than both
+// now and after; otherwise how long the current lease has left if another
+// holder has it; otherwise it takes the lease for ttl with a new random token
+// and advances the fence. Soft expiries are compared at the millisecond
+// resolution of the envelope. A value that does not decode counts as no
+// fresh value.
+func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.check(ctx, "acquire", key); err != nil {
+		return herd.Grant{}, err
+	}
+	if err := r.checkTTL(ttl, "acquire", key); err != nil {
+		return herd.Grant{}, err
+	}
+	now := time.Now()
+	e := r.entry(key, now, true)
+	if e.value != nil {
+		soft, ok := envelope.PeekSoft(e.value)
+		if ok && soft > now.UnixMilli() && soft > after.UnixMilli() {
+			r.stats.AcquireValue++
+			return herd.Grant{Value: bytes.Clone(e.value)}, nil
+		}
+	}
+	if e.token != "" {
+		r.stats.AcquireHeld++
+		return herd.Grant{HeldFor: e.leaseEnd.Sub(now)}, nil
+	}
+	if err := r.canAdvance(e, "acquire", key); err != nil {
+		return herd.Grant{}, err
+	}
+	e.token = rand.Text()
+	e.leaseEnd = now.Add(ttl)
+	e.fence++
+	r.stats.AcquireLease++
+	return herd.Grant{Token: e.token, Fence: e.fence}, nil
+}
+
+// Extend pushes key's lease expiry to ttl from now if token holds a live
+// lease, and reports whether it did.
+func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.check(ctx, "extend", key); err != nil {
+		return false, err
+	}
+	if err := r.checkTTL(ttl, "extend", key); err != nil {
+		return false, err
+	}
+	now := time.Now()
+	e := r.entry(key, now, false)
+	if e == nil || token == "" || e.token != token {
+		return false, nil
+	}
+	e.leaseEnd = now.Add(ttl)
+	r.stats.Extends++
+	return true, nil
+}
+
+// Release drops key's lease if token holds it, and in any case announces to
+// Wait-ers that key's load has completed.
+func (r *Remote) Release(ctx context.Context, key, token string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.check(ctx, "release", key); err != nil {
+		return err
+	}
+	if e := r.entry(key, time.Now(), false); e != nil && token != "" && e.token == token {
+		e.token = ""
+		r.stats.Releases++
+		r.tidy(key, e)
+	}
+	r.stats.Announces++
+	if g := r.waits[key]; g != nil {
+		close(g.ch)
+		delete(r.waits, key)
+	}
+	return nil
+}
+
+// Wait blocks until a completion for key is announced after it was called,
+// or ctx ends, or the remote goes down; the last two return an error.
+func (r *Remote) Wait(ctx context.Context, key string) error {
+	r.mu.Lock()
+	if err := r.check(ctx, "wait", key); err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	g := r.waits[key]
+	if g == nil {
+		g = &generation{ch: make(chan struct{})}
+		r.waits[key] = g
+	}
+	g.n++
+	r.mu.Unlock()
+
+	select {
+	case <-g.ch:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.down != nil {
+			r.stats.Failures++
+			return fmt.Errorf("memory: wait %q: %w", key, r.down)
+		}
+		return nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		g.n--
+		if g.n == 0 && r.waits[key] == g {
+			delete(r.waits, key)
+		}
+		return fmt.Errorf("memory: wait %q: %w", key, ctx.Err())
+	}
+}
+
+// check returns the error that refuses a call: an empty key, an ended ctx or
+// a down remote. r.mu is held.
+func (r *Remote) check(ctx context.Context, op, key string) error {
+	var err error
+	switch {
+	case key == "":
+		err = fmt.Errorf("memory: %s: empty key", op)
+	case ctx.Err() != nil:
+		err = fmt.Errorf("memory: %s %q: %w", op, key, ctx.Err())
+	case r.down != nil:
+		err = fmt.Errorf("memory: %s %q: %w", op, key, r.down)
+	}
+	if err != nil {
+		r.stats.Failures++
+	}
+	return err
+}
+
+// canAdvance refuses to advance a fence that has reached envelope.MaxFence,
+// so that fences stay below 2^53. r.mu is held.
+func (r *Remote) canAdvance(e *entry, op, key string) error {
+	if e.fence < envelope.MaxFence {
+		return nil
+	}
+	r.stats.Failures++
+	return fmt.Errorf("memory: %s %q: fence %d cannot advance", op, key, e.fence)
+}
+
+// checkTTL refuses a ttl that is not positive. r.mu is held.
+func (r *Remote) checkTTL(ttl time.Duration, op, key string) error {
+	if ttl > 0 {
+		return nil
+	}
+	r.stats.Failures++
+	return fmt.Errorf("memory: %s %q: ttl %v is not positive", op, key, ttl)
+}
+
+// prepare checks env and ttl and returns a private copy of env. r.mu is held.
+func (r *Remote) prepare(env []byte, ttl time.Duration, op, key string) ([]byte, error) {
+	if err := r.checkTTL(ttl, op, key); err != nil {
+		return nil, err
+	}
+	if _, err := envelope.Decode(env); err != nil {
+		r.stats.Failures++
+		return nil, fmt.Errorf("memory: %s %q: %w", op, key, err)
+	}
+	return bytes.Clone(env), nil
+}
+
+// store puts v, its fence field set to fence, as e's value until hard.
+// r.mu is held.
+func (r *Remote) store(e *entry, v []byte, fence uint64, hard time.Time, key string) error {
+	if err := envelope.SetFence(v, fence); err != nil {
+		r.stats.Failures++
+		return fmt.Errorf("memory: store %q: %w", key, err)
+	}
+	e.value, e.hard = v, hard
+	return nil
+}
+
+// entry returns key's entry with anything expired at now dropped; when there
+// is none it returns nil, or a new zero entry if create is set. r.mu is held.
+func (r *Remote) entry(key string, now time.Time, create bool) *entry {
+	e := r.keys[key]
+	if e == nil {
+		if !create {
+			return nil
+		}
+		e = &entry{}
+		r.keys[key] = e
+		return e
+	}
+	if e.value != nil && !now.Before(e.hard) {
+		e.value = nil
+	}
+	if e.token != "" && !now.Before(e.leaseEnd) {
+		e.token = ""
+	}
+	if !create {
+		r.tidy(key, e)
+	}
+	return e
+}
+
+// tidy forgets key's entry if it holds nothing. r.mu is held.
+func (r *Remote) tidy(key string, e *entry) {
+	if e.value == nil && e.token == "" && e.fence == 0 {
+		delete(r.keys, key)
+	}
+}
+
+// notify queues a change of key under fence for every subscription.
+// r.mu is held.
+func (r *Remote) notify(key string, fence uint64) {
+	for s := range r.subs {
+		s.push(notice{key, fence})
+	}
+}
+
+// Subscribe calls fn, on one goroutine per subscription and in order, with
+// each key that is written, set or invalidated (refused writes are not
+// announced) and the fence of that change, until stop is called. Writers
+// never wait for fn: each subscription queues up to 1024 notices, and when a
+// slow fn lets the queue fill, the queued notices are replaced by a single
+// ("", 0) notice (drop everything).
+//
+// stop drops the notices still queued, waits until fn has returned and the
+// goroutine has exited, and may be called more than once; it must not be
+// called from fn.
+func (r *Remote) Subscribe(fn func(key string, fence uint64)) (stop func()) {
+	s := &subscription{
+		fn:   fn,
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	r.mu.Lock()
+	r.subs[s] = struct{}{}
+	r.mu.Unlock()
+	go s.run()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			delete(r.subs, s)
+			r.mu.Unlock()
+			close(s.quit)
+		})
+		<-s.done
+	}
+}
+
+// notice is one change announced to subscribers.
+type notice struct {
+	key   string
+	fence uint64
+}
+
+// subscription is one Subscribe call's queue and goroutine.
+type subscription struct {
+	fn   func(key string, fence uint64)
+	wake chan struct{} // holds a token when queue may be non-empty
+	quit chan struct{} // closed by stop
+	done chan struct{} // closed when run has returned
+
+	mu sync.Mutex
+	// queue holds the notices not yet handed to fn, oldest first, never more
+	// than subscribeQueue of them.
+	queue []notice
+	// overflowed is set while queue is the single empty notice that replaced
+	// a full queue: it stands for every later change until fn takes it.
+	overflowed bool
+}
+
+// push queues n without blocking.
+func (s *subscription) push(n notice) {
+	s.mu.Lock()
+	switch {
+	case s.overflowed:
+	case len(s.queue) >= subscribeQueue:
+		s.queue = append(s.queue[:0], notice{})
+		s.overflowed = true
+	default:
+		s.queue = append(s.queue, n)
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run hands queued notices to fn until quit is closed.
+func (s *subscription) run() {
+	defer close(s.done)
+	var batch []notice
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		batch, s.queue = s.queue, batch[:0]
+		s.overflowed = false
+		s.mu.Unlock()
+		for _, n := range batch {
+			select {
+			case <-s.quit:
+				return
+			default:
+			}
+			s.fn(n.key, n.fence)
+		}
+		clear(batch)
+	}
+}

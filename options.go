@@ -1,0 +1,227 @@
+package herd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/herdcache/herd/internal/jitter"
+	"github.com/herdcache/herd/limiter"
+)
+
+// LoserPolicy says what a replica does on a miss when another replica holds
+// the key's lease.
+type LoserPolicy uint8
+
+const (
+	// ServeStale returns the stale value at once when one is still within its
+	// hard TTL, and otherwise waits as under Wait. Under NoStale it is Wait.
+	ServeStale LoserPolicy = iota
+	// Wait waits for the holder's completion notice (with a bounded
+	// exponential-backoff re-read as a fallback) and returns its value, for at
+	// most [Options.LeaseWait].
+	Wait
+	// FailFast returns [ErrLeaseHeld] at once.
+	FailFast
+)
+
+func (p LoserPolicy) String() string {
+	switch p {
+	case ServeStale:
+		return "serve-stale"
+	case Wait:
+		return "wait"
+	case FailFast:
+		return "fail-fast"
+	}
+	return fmt.Sprintf("LoserPolicy(%d)", uint8(p))
+}
+
+// Options configures a [Cache]. A nil *Options means [DefaultOptions]; a
+// non-nil one means exactly what its fields say. [New] never changes the
+// Options it is given.
+type Options[V any] struct {
+	// Name identifies the cache in metrics and logs. Empty means "default".
+	Name string
+
+	// MaxEntries bounds the local tier (entries held in memory, decoded).
+	// It must be positive.
+	MaxEntries int
+
+	// SoftTTL is how long a loaded value is fresh. It must be positive.
+	SoftTTL time.Duration
+	// HardTTL is how long a value is kept at all. Between SoftTTL and HardTTL
+	// the value is stale: Get serves it at once and refreshes it in the
+	// background (stale-while-revalidate), and serves it when a refresh fails
+	// (stale-if-error). Zero means equal to SoftTTL: no stale window.
+	HardTTL time.Duration
+	// NoStale makes a stale value a miss: nothing stale is ever served, and a
+	// failed load returns its error. For correctness-critical data.
+	NoStale bool
+
+	// Jitter spreads expiries: each write moves both TTLs by one offset drawn
+	// uniformly from ±Jitter×SoftTTL. It must lie in [0, 1); zero means off.
+	Jitter float64
+	// Beta scales XFetch early refresh: a read before the soft expiry
+	// refreshes in the background with probability exp(-gap/(delta×Beta)),
+	// where gap is the time left and delta the measured duration of the
+	// value's last load. Zero means off; it must not be negative.
+	Beta float64
+
+	// NegativeTTL is how long a load's [ErrNotFound] is remembered. Zero means
+	// never: every error, ErrNotFound included, reaches the next caller's load.
+	NegativeTTL time.Duration
+
+	// LoadTimeout bounds each load (foreground or background), whatever its
+	// callers' contexts say. Zero means one minute.
+	LoadTimeout time.Duration
+	// RefreshBackoff is the least time between a failed background refresh of
+	// a key and the next one. Zero means the next read may retry at once.
+	RefreshBackoff time.Duration
+
+	// DisableCoalescing lets every miss call its own load. It exists to measure
+	// what coalescing saves; never set it in production.
+	DisableCoalescing bool
+
+	// Limiter caps concurrent loads and sheds what it cannot serve; it may be
+	// shared by several caches over one backing store. Nil means no cap.
+	Limiter *limiter.Limiter
+
+	// Store is the remote tier shared by replicas. Nil means this process is
+	// the whole fleet: the local tier is the only tier.
+	Store Store
+	// NearTTL is, with a Store, how long a local copy is trusted before the
+	// next read asks the Store again; it bounds how stale a replica can be
+	// after another replica's Set or Invalidate when a change notice is lost.
+	// Zero means no near-cache: every read goes to the Store.
+	NearTTL time.Duration
+
+	// Lease makes a miss load once per fleet instead of once per replica. Nil
+	// means no lease (each replica loads once per key, in-process coalescing
+	// only). A Lease needs a Store.
+	Lease Lease
+	// LeaseTTL is how long a lease lasts without extension; while a load runs
+	// its holder extends it every LeaseTTL/3. Required with a Lease.
+	LeaseTTL time.Duration
+	// OnLeaseHeld is what a miss does when another replica holds the lease.
+	// The zero value is ServeStale.
+	OnLeaseHeld LoserPolicy
+	// LeaseWait bounds how long a Wait loser waits for the holder. Zero means
+	// LeaseTTL.
+	LeaseWait time.Duration
+	// LoadOnLeaseTimeout makes a Wait loser whose wait timed out call its own
+	// load and return the value without writing it; false returns
+	// [ErrLeaseTimeout].
+	LoadOnLeaseTimeout bool
+
+	// Codec encodes values for the Store. Nil means [DefaultCodec].
+	Codec Codec[V]
+
+	// Load is the loader used when Get is given none. Nil means every Get
+	// must pass one.
+	Load func(ctx context.Context, key string) (V, error)
+
+	// Executor runs background refreshes. Nil means each runs on a new
+	// goroutine. It must not block the caller waiting on other tasks.
+	Executor func(fn func())
+}
+
+// DefaultOptions returns the recommended settings, a starting point to
+// adjust: 100,000 local entries, fresh for one minute and served stale for
+// four more, jitter 0.1, XFetch beta 1, a limiter of 32 concurrent loads
+// (a quarter reserved for foreground misses, a one-second queue timeout),
+// near-cache TTL one second and a five-second lease (used once a Store and
+// Lease are set).
+func DefaultOptions[V any]() *Options[V] {
+	l, err := limiter.New(limiter.DefaultOptions(32))
+	if err != nil {
+		panic(err) // the defaults are valid; a test checks it
+	}
+	return &Options[V]{
+		MaxEntries: 100_000,
+		SoftTTL:    time.Minute,
+		HardTTL:    5 * time.Minute,
+		Jitter:     0.1,
+		Beta:       1,
+		Limiter:    l,
+		NearTTL:    time.Second,
+		LeaseTTL:   5 * time.Second,
+	}
+}
+
+// config is Options after validation, with defaults resolved.
+type config[V any] struct {
+	Options[V]
+	jitter jitter.Jitter
+}
+
+const defaultLoadTimeout = time.Minute
+
+func (o *Options[V]) validate() (config[V], error) {
+	c := config[V]{Options: *o}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("herd: "+format, args...))
+	}
+	if o.MaxEntries <= 0 {
+		bad("MaxEntries must be positive, got %d", o.MaxEntries)
+	}
+	if o.SoftTTL <= 0 {
+		bad("SoftTTL must be positive, got %v", o.SoftTTL)
+	}
+	if o.HardTTL == 0 {
+		c.HardTTL = o.SoftTTL
+	} else if o.HardTTL < o.SoftTTL {
+		bad("HardTTL (%v) must not be shorter than SoftTTL (%v)", o.HardTTL, o.SoftTTL)
+	}
+	j, err := jitter.New(o.Jitter)
+	if err != nil {
+		bad("Jitter: %v", err)
+	}
+	c.jitter = j
+	if o.Beta < 0 || math.IsNaN(o.Beta) || math.IsInf(o.Beta, 0) {
+		bad("Beta must be a finite number >= 0, got %v", o.Beta)
+	}
+	if o.NegativeTTL < 0 {
+		bad("NegativeTTL must not be negative, got %v", o.NegativeTTL)
+	}
+	if o.LoadTimeout < 0 {
+		bad("LoadTimeout must not be negative, got %v", o.LoadTimeout)
+	} else if o.LoadTimeout == 0 {
+		c.LoadTimeout = defaultLoadTimeout
+	}
+	if o.RefreshBackoff < 0 {
+		bad("RefreshBackoff must not be negative, got %v", o.RefreshBackoff)
+	}
+	if o.NearTTL < 0 {
+		bad("NearTTL must not be negative, got %v", o.NearTTL)
+	}
+	if o.Lease != nil {
+		if o.Store == nil {
+			bad("a Lease needs a Store")
+		}
+		if o.LeaseTTL <= 0 {
+			bad("LeaseTTL must be positive with a Lease, got %v", o.LeaseTTL)
+		}
+	}
+	if o.LeaseTTL < 0 {
+		bad("LeaseTTL must not be negative, got %v", o.LeaseTTL)
+	}
+	if o.LeaseWait < 0 {
+		bad("LeaseWait must not be negative, got %v", o.LeaseWait)
+	} else if o.LeaseWait == 0 {
+		c.LeaseWait = o.LeaseTTL
+	}
+	if o.OnLeaseHeld > FailFast {
+		bad("unknown OnLeaseHeld policy %d", o.OnLeaseHeld)
+	}
+	if o.Codec == nil {
+		c.Codec = DefaultCodec[V]()
+	}
+	if o.Executor == nil {
+		c.Executor = func(fn func()) { go fn() }
+	}
+	return c, errors.Join(errs...)
+}

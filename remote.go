@@ -1,0 +1,82 @@
+package herd
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the remote tier shared by every replica of a cache: encoded
+// envelopes by key, each key with a fence that only grows.
+//
+// An envelope's fence field is the fence it was written under; Store writes it.
+// Keys are the encoded keys a [Cache] is given; an implementation may prefix
+// them. Implementations must be safe for concurrent use.
+type Store interface {
+	// Load returns the envelope stored under key, or nil and no error when
+	// there is none (missing or past its hard expiry).
+	Load(ctx context.Context, key string) ([]byte, error)
+	// Write stores env under key for ttl, but only if fence is still key's
+	// current fence; it reports whether it wrote. The envelope's fence field is
+	// set to fence.
+	Write(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration) (bool, error)
+	// Set advances key's fence and stores env under the new fence for ttl, so
+	// that every write under an older fence is refused from now on. It returns
+	// the new fence.
+	Set(ctx context.Context, key string, env []byte, ttl time.Duration) (uint64, error)
+	// Invalidate advances key's fence, deletes its value and announces the
+	// change to other replicas.
+	Invalidate(ctx context.Context, key string) error
+}
+
+// Lease lets one replica of a fleet load a key while the others wait, serve
+// stale or fail fast. The lease is an efficiency lock: correctness comes from
+// the fence that Acquire advances and [Store.Write] checks.
+type Lease interface {
+	// Acquire returns, in order of preference: a fresh envelope already stored
+	// under key (Grant.Value, no lease taken); a lease for ttl with a new fence
+	// (Grant.Token, Grant.Fence); or, when another holder has the lease, how long
+	// that lease has left (Grant.HeldFor).
+	//
+	// A stored envelope counts as fresh when its soft expiry is later than both
+	// now and after. A miss passes the zero time; an early refresh passes the
+	// soft expiry of the value it is replacing, so that only a value someone
+	// else refreshed meanwhile stops it.
+	Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (Grant, error)
+	// Extend pushes the lease's expiry to ttl from now if token still holds it;
+	// it reports whether it did.
+	Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
+	// Release gives up the lease if token still holds it, and announces that the
+	// key's load has completed, whether or not its write was accepted.
+	Release(ctx context.Context, key, token string) error
+	// Wait blocks until a completion for key is announced after Wait was
+	// called, or ctx ends. Announcements can be lost: callers re-read the Store
+	// after a bounded wait rather than waiting forever.
+	Wait(ctx context.Context, key string) error
+}
+
+// Grant is the outcome of [Lease.Acquire]. Exactly one of Value, Token or
+// HeldFor is set.
+type Grant struct {
+	// Value is a fresh envelope that was found instead of taking the lease.
+	Value []byte
+	// Token identifies this holder's lease; empty when the lease was not taken.
+	Token string
+	// Fence is the key's fence as advanced by this acquisition; zero when the
+	// lease was not taken. Fences stay below 2^53.
+	Fence uint64
+	// HeldFor is how long the current holder's lease has left, when another
+	// holder has it.
+	HeldFor time.Duration
+}
+
+// Notifier is implemented by remote tiers that tell each replica when another
+// one changed a key, so that it can drop its local copy before NearTTL ends.
+// Notices can be lost; NearTTL bounds the staleness that follows.
+type Notifier interface {
+	// Subscribe calls fn, on one goroutine, with each key that any replica
+	// wrote, set or invalidated and the fence of that change, until stop is
+	// called. A replica drops its local copy of key when the copy's fence is
+	// older. An empty key means any key may have changed (a notice may have
+	// been missed): drop everything.
+	Subscribe(fn func(key string, fence uint64)) (stop func())
+}

@@ -1,0 +1,754 @@
+// Package storetest checks that a remote tier keeps the herd.Store, herd.Lease and herd.Notifier contracts.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/internal/envelope"
+)
+
+// Timing of the suite. It runs on wall time because a real server has no fake
+// clock: expiries are checked by polling with a generous deadline.
+const (
+	longTTL   = time.Minute            // a TTL that never ends during a test
+	shortTTL  = 300 * time.Millisecond // a TTL that a test waits out
+	deadline  = 5 * time.Second        // how long an expected event may take
+	pollEvery = 10 * time.Millisecond
+)
+
+// Run checks the remote tier that newFleet returns against the contracts of
+// [herd.Store] and [herd.Lease], and of [herd.Notifier] when the Store also
+// implements it. Each subtest calls newFleet once, from parallel subtests, for
+// a remote that may be shared with other subtests: every key a subtest uses
+// holds its name, so they never collide.
+//
+// Beyond what the interfaces say, Run holds a tier to these rules: an empty
+// key, a ttl that is not positive, and an envelope that does not decode are
+// errors that change nothing; a Write under the fence of a key that was never
+// fenced (fence 0) stores.
+func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, herd.Store, herd.Lease)
+	}{
+		{"LoadMissing", testLoadMissing},
+		{"WriteUnderAcquiredFence", testWriteUnderAcquiredFence},
+		{"StaleFenceRefused", testStaleFenceRefused},
+		{"SetAdvancesFence", testSetAdvancesFence},
+		{"InvalidateDeletesAndAdvances", testInvalidate},
+		{"AcquireFreshValue", testAcquireFreshValue},
+		{"AcquireAfter", testAcquireAfter},
+		{"AcquireSoftExpired", testAcquireSoftExpired},
+		{"AcquireHeld", testAcquireHeld},
+		{"FencesIncrease", testFencesIncrease},
+		{"ExtendReleaseToken", testExtendReleaseToken},
+		{"LeaseExpires", testLeaseExpires},
+		{"WaitWakesOnRelease", testWaitWakesOnRelease},
+		{"WaitContextEnds", testWaitContextEnds},
+		{"HardExpiry", testHardExpiry},
+		{"ConcurrentAcquire", testConcurrentAcquire},
+		{"CorruptEnvelope", testCorruptEnvelope},
+		{"BadInput", testBadInput},
+		{"Notifier", testNotifier},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, l := newFleet(t)
+			tc.fn(t, s, l)
+		})
+	}
+}
+
+// key returns a key unique to the running subtest.
+func key(t *testing.T, suffix string) string {
+	return "storetest/" + t.Name() + "/" + suffix
+}
+
+// env encodes an envelope holding value whose soft and hard expiries are soft
+// and hard from now.
+func env(value string, soft, hard time.Duration) []byte {
+	now := time.Now()
+	return envelope.Append(nil, &envelope.Envelope{
+		Soft:  now.Add(soft).UnixMilli(),
+		Hard:  now.Add(hard).UnixMilli(),
+		Delta: 10 * time.Millisecond,
+		Value: []byte(value),
+	})
+}
+
+// fresh encodes a value fresh for a minute.
+func fresh(value string) []byte { return env(value, longTTL, 2*longTTL) }
+
+// fenced returns a copy of b with its fence field set to fence.
+func fenced(t *testing.T, b []byte, fence uint64) []byte {
+	t.Helper()
+	c := bytes.Clone(b)
+	if err := envelope.SetFence(c, fence); err != nil {
+		t.Fatalf("SetFence: %v", err)
+	}
+	return c
+}
+
+// decode decodes b, which must be a valid envelope.
+func decode(t *testing.T, b []byte) envelope.Envelope {
+	t.Helper()
+	e, err := envelope.Decode(b)
+	if err != nil {
+		t.Fatalf("stored envelope does not decode: %v", err)
+	}
+	return e
+}
+
+func load(t *testing.T, s herd.Store, k string) []byte {
+	t.Helper()
+	b, err := s.Load(t.Context(), k)
+	if err != nil {
+		t.Fatalf("Load(%q): %v", k, err)
+	}
+	return b
+}
+
+// wantLoad checks that k holds exactly want.
+func wantLoad(t *testing.T, s herd.Store, k string, want []byte) {
+	t.Helper()
+	if got := load(t, s, k); !bytes.Equal(got, want) {
+		t.Fatalf("Load(%q) = %s, want %s", k, show(got), show(want))
+	}
+}
+
+func show(b []byte) string {
+	if b == nil {
+		return "nil"
+	}
+	e, err := envelope.Decode(b)
+	if err != nil {
+		return fmt.Sprintf("%q (%v)", b, err)
+	}
+	return fmt.Sprintf("{value %q fence %d soft %d hard %d}", e.Value, e.Fence, e.Soft, e.Hard)
+}
+
+func write(t *testing.T, s herd.Store, k string, b []byte, fence uint64, ttl time.Duration) bool {
+	t.Helper()
+	ok, err := s.Write(t.Context(), k, b, fence, ttl)
+	if err != nil {
+		t.Fatalf("Write(%q, fence %d): %v", k, fence, err)
+	}
+	return ok
+}
+
+func set(t *testing.T, s herd.Store, k string, b []byte, ttl time.Duration) uint64 {
+	t.Helper()
+	fence, err := s.Set(t.Context(), k, b, ttl)
+	if err != nil {
+		t.Fatalf("Set(%q): %v", k, err)
+	}
+	if fence == 0 || fence > envelope.MaxFence {
+		t.Fatalf("Set(%q) returned fence %d, want one in [1, 2^53)", k, fence)
+	}
+	return fence
+}
+
+func invalidate(t *testing.T, s herd.Store, k string) {
+	t.Helper()
+	if err := s.Invalidate(t.Context(), k); err != nil {
+		t.Fatalf("Invalidate(%q): %v", k, err)
+	}
+}
+
+func acquire(t *testing.T, l herd.Lease, k string, ttl time.Duration) herd.Grant {
+	t.Helper()
+	return acquireAfter(t, l, k, ttl, time.Time{})
+}
+
+func acquireAfter(t *testing.T, l herd.Lease, k string, ttl time.Duration, after time.Time) herd.Grant {
+	t.Helper()
+	g, err := l.Acquire(t.Context(), k, ttl, after)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", k, err)
+	}
+	n := 0
+	if g.Value != nil {
+		n++
+	}
+	if g.Token != "" {
+		n++
+	}
+	if g.HeldFor != 0 {
+		n++
+	}
+	if n != 1 || (g.Token == "") != (g.Fence == 0) || g.Fence > envelope.MaxFence {
+		t.Fatalf("Acquire(%q) = %+v: want exactly one of Value, Token (with Fence) or HeldFor", k, g)
+	}
+	return g
+}
+
+// lease acquires k, which must not be held nor hold a fresh value.
+func lease(t *testing.T, l herd.Lease, k string, ttl time.Duration) herd.Grant {
+	t.Helper()
+	g := acquire(t, l, k, ttl)
+	if g.Token == "" {
+		t.Fatalf("Acquire(%q) = %+v, want a lease", k, g)
+	}
+	return g
+}
+
+func release(t *testing.T, l herd.Lease, k, token string) {
+	t.Helper()
+	if err := l.Release(t.Context(), k, token); err != nil {
+		t.Fatalf("Release(%q): %v", k, err)
+	}
+}
+
+func extend(t *testing.T, l herd.Lease, k, token string, ttl time.Duration) bool {
+	t.Helper()
+	ok, err := l.Extend(t.Context(), k, token, ttl)
+	if err != nil {
+		t.Fatalf("Extend(%q): %v", k, err)
+	}
+	return ok
+}
+
+// eventually calls cond every pollEvery until it reports true, and fails the
+// test if that takes longer than deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, deadline)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+func testLoadMissing(t *testing.T, s herd.Store, _ herd.Lease) {
+	b, err := s.Load(t.Context(), key(t, "missing"))
+	if b != nil || err != nil {
+		t.Fatalf("Load(missing) = %q, %v; want nil, nil", b, err)
+	}
+}
+
+func testWriteUnderAcquiredFence(t *testing.T, s herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	g := lease(t, l, k, longTTL)
+	v := fresh("v1")
+	if !write(t, s, k, v, g.Fence, longTTL) {
+		t.Fatalf("Write under the fence %d from Acquire was refused", g.Fence)
+	}
+	got := load(t, s, k)
+	wantLoad(t, s, k, fenced(t, v, g.Fence))
+	if e := decode(t, got); e.Fence != g.Fence || string(e.Value) != "v1" {
+		t.Fatalf("stored envelope = %s, want value v1 under fence %d", show(got), g.Fence)
+	}
+	release(t, l, k, g.Token)
+}
+
+func testStaleFenceRefused(t *testing.T, s herd.Store, l herd.Lease) {
+	t.Run("AfterAcquire", func(t *testing.T) {
+		k := key(t, "k")
+		g1 := lease(t, l, k, longTTL)
+		release(t, l, k, g1.Token)
+		g2 := lease(t, l, k, longTTL)
+		if write(t, s, k, fresh("old"), g1.Fence, longTTL) {
+			t.Fatalf("Write under fence %d accepted after a later Acquire gave fence %d", g1.Fence, g2.Fence)
+		}
+		if b := load(t, s, k); b != nil {
+			t.Fatalf("refused write stored %s", show(b))
+		}
+		v := fresh("new")
+		if !write(t, s, k, v, g2.Fence, longTTL) {
+			t.Fatalf("Write under the current fence %d refused", g2.Fence)
+		}
+		if write(t, s, k, fresh("old"), g1.Fence, longTTL) {
+			t.Fatalf("Write under stale fence %d accepted over a newer value", g1.Fence)
+		}
+		wantLoad(t, s, k, fenced(t, v, g2.Fence))
+	})
+	t.Run("AfterSet", func(t *testing.T) {
+		k := key(t, "k")
+		g := lease(t, l, k, longTTL)
+		set(t, s, k, fresh("set"), longTTL)
+		want := load(t, s, k)
+		if write(t, s, k, fresh("old"), g.Fence, longTTL) {
+			t.Fatalf("Write under fence %d accepted after Set", g.Fence)
+		}
+		wantLoad(t, s, k, want)
+	})
+	t.Run("AfterInvalidate", func(t *testing.T) {
+		k := key(t, "k")
+		g := lease(t, l, k, longTTL)
+		invalidate(t, s, k)
+		if write(t, s, k, fresh("old"), g.Fence, longTTL) {
+			t.Fatalf("Write under fence %d accepted after Invalidate", g.Fence)
+		}
+		wantLoad(t, s, k, nil)
+	})
+}
+
+func testSetAdvancesFence(t *testing.T, s herd.Store, l herd.Lease) {
+	t.Run("NeverFenced", func(t *testing.T) {
+		k := key(t, "k")
+		if !write(t, s, k, fresh("zero"), 0, longTTL) {
+			t.Fatal("Write under fence 0 refused on a key that was never fenced")
+		}
+		v := fresh("set")
+		f := set(t, s, k, v, longTTL)
+		wantLoad(t, s, k, fenced(t, v, f))
+		if write(t, s, k, fresh("zero"), 0, longTTL) {
+			t.Fatal("Write under fence 0 accepted after Set")
+		}
+		// The fence Set returns is current: writing under it succeeds.
+		v2 := fresh("again")
+		if !write(t, s, k, v2, f, longTTL) {
+			t.Fatalf("Write under the fence %d that Set returned was refused", f)
+		}
+		wantLoad(t, s, k, fenced(t, v2, f))
+	})
+	t.Run("InFlightHolder", func(t *testing.T) {
+		k := key(t, "k")
+		g := lease(t, l, k, longTTL)
+		v := fresh("set")
+		f := set(t, s, k, v, longTTL)
+		if f <= g.Fence {
+			t.Fatalf("Set returned fence %d, not above the holder's %d", f, g.Fence)
+		}
+		if write(t, s, k, fresh("holder"), g.Fence, longTTL) {
+			t.Fatalf("holder's Write under fence %d accepted after Set", g.Fence)
+		}
+		wantLoad(t, s, k, fenced(t, v, f))
+		release(t, l, k, g.Token)
+		f2 := set(t, s, k, env("stale", -time.Second, longTTL), longTTL)
+		g2 := lease(t, l, k, longTTL)
+		if f2 <= f || g2.Fence <= f2 {
+			t.Fatalf("fences: Set %d, Set %d, Acquire %d; want them increasing", f, f2, g2.Fence)
+		}
+	})
+}
+
+func testInvalidate(t *testing.T, s herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	g := lease(t, l, k, longTTL)
+	if !write(t, s, k, fresh("v"), g.Fence, longTTL) {
+		t.Fatal("Write under the acquired fence refused")
+	}
+	release(t, l, k, g.Token)
+	invalidate(t, s, k)
+	wantLoad(t, s, k, nil)
+	if write(t, s, k, fresh("v"), g.Fence, longTTL) {
+		t.Fatalf("Write under fence %d accepted after Invalidate", g.Fence)
+	}
+	g2 := lease(t, l, k, longTTL)
+	if g2.Fence <= g.Fence+1 {
+		t.Fatalf("fences: Acquire %d, Invalidate, Acquire %d; want Invalidate to advance the fence", g.Fence, g2.Fence)
+	}
+
+	// Invalidating a key that holds nothing is fine and still fences.
+	k2 := key(t, "never")
+	invalidate(t, s, k2)
+	wantLoad(t, s, k2, nil)
+	if write(t, s, k2, fresh("v"), 0, longTTL) {
+		t.Fatal("Write under fence 0 accepted after Invalidate")
+	}
+}
+
+func testAcquireFreshValue(t *testing.T, s herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	set(t, s, k, fresh("v"), longTTL)
+	want := load(t, s, k)
+	g := acquire(t, l, k, longTTL)
+	if !bytes.Equal(g.Value, want) {
+		t.Fatalf("Acquire over a fresh value = %+v, want Value %s", g, show(want))
+	}
+	soft := time.UnixMilli(decode(t, want).Soft)
+	if g := acquireAfter(t, l, k, longTTL, soft.Add(-time.Millisecond)); !bytes.Equal(g.Value, want) {
+		t.Fatalf("Acquire after a time before the soft expiry = %+v, want Value %s", g, show(want))
+	}
+}
+
+// testAcquireAfter: an early refresh passes the soft expiry of the value it
+// replaces; a value that is not fresher than that does not stop it.
+func testAcquireAfter(t *testing.T, s herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	set(t, s, k, fresh("v"), longTTL)
+	soft := time.UnixMilli(decode(t, load(t, s, k)).Soft)
+	for _, after := range []time.Time{soft, soft.Add(time.Millisecond), soft.Add(time.Hour)} {
+		g := acquireAfter(t, l, k, longTTL, after)
+		if g.Token == "" {
+			t.Fatalf("Acquire(after %v, soft expiry %v) = %+v, want a lease", after, soft, g)
+		}
+		release(t, l, k, g.Token)
+	}
+}
+
+func testAcquireSoftExpired(t *testing.T, s herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	v := env("stale", -time.Second, longTTL)
+	set(t, s, k, v, longTTL)
+	g := acquire(t, l, k, longTTL)
+	if g.Token == "" {
+		t.Fatalf("Acquire over a soft-expired value = %+v, want a lease", g)
+	}
+	if e := decode(t, load(t, s, k)); string(e.Value) != "stale" {
+		t.Fatalf("Acquire changed the stale value to %q", e.Value)
+	}
+}
+
+func testAcquireHeld(t *testing.T, _ herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	const ttl = 10 * time.Second
+	lease(t, l, k, ttl)
+	g := acquire(t, l, k, ttl)
+	if g.HeldFor <= 0 || g.HeldFor > ttl {
+		t.Fatalf("second Acquire = %+v, want HeldFor in (0, %v]", g, ttl)
+	}
+}
+
+func testFencesIncrease(t *testing.T, _ herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	var last uint64
+	for i := range 5 {
+		g := lease(t, l, k, longTTL)
+		if g.Fence <= last {
+			t.Fatalf("acquisition %d: fence %d, not above the previous %d", i, g.Fence, last)
+		}
+		last = g.Fence
+		release(t, l, k, g.Token)
+	}
+}
+
+func testExtendReleaseToken(t *testing.T, _ herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	const ttl = 2 * time.Second
+	g := lease(t, l, k, ttl)
+
+	if extend(t, l, k, g.Token+"x", longTTL) {
+		t.Fatal("Extend with a wrong token reported true")
+	}
+	if extend(t, l, k, "", longTTL) {
+		t.Fatal("Extend with an empty token reported true")
+	}
+	if h := acquire(t, l, k, ttl); h.HeldFor <= 0 || h.HeldFor > ttl {
+		t.Fatalf("after Extend with a wrong token: Acquire = %+v, want HeldFor in (0, %v]", h, ttl)
+	}
+	if !extend(t, l, k, g.Token, longTTL) {
+		t.Fatal("Extend with the holder's token reported false")
+	}
+	if h := acquire(t, l, k, ttl); h.HeldFor <= ttl || h.HeldFor > longTTL {
+		t.Fatalf("after Extend to %v: Acquire = %+v, want HeldFor in (%v, %v]", longTTL, h, ttl, longTTL)
+	}
+
+	release(t, l, k, g.Token+"x")
+	if h := acquire(t, l, k, ttl); h.HeldFor <= 0 {
+		t.Fatalf("after Release with a wrong token: Acquire = %+v, want the lease still held", h)
+	}
+	release(t, l, k, g.Token)
+	g2 := lease(t, l, k, ttl)
+	if g2.Token == g.Token {
+		t.Fatalf("two acquisitions got the same token %q", g.Token)
+	}
+	if extend(t, l, k, g.Token, longTTL) {
+		t.Fatal("Extend with a released token reported true")
+	}
+}
+
+func testLeaseExpires(t *testing.T, _ herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	g := lease(t, l, k, shortTTL)
+	var next herd.Grant
+	eventually(t, "lease expiry", func() bool {
+		next = acquire(t, l, k, longTTL)
+		return next.Token != ""
+	})
+	if next.Fence <= g.Fence {
+		t.Fatalf("fence after expiry %d, not above %d", next.Fence, g.Fence)
+	}
+	if extend(t, l, k, g.Token, longTTL) {
+		t.Fatal("Extend with an expired token reported true")
+	}
+	release(t, l, k, g.Token)
+	if h := acquire(t, l, k, longTTL); h.HeldFor <= 0 {
+		t.Fatalf("after Release with an expired token: Acquire = %+v, want the new holder's lease kept", h)
+	}
+}
+
+func testWaitWakesOnRelease(t *testing.T, _ herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	g := lease(t, l, k, longTTL)
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx, k) }()
+	// An announcement made before Wait subscribes is not seen, and the
+	// suite cannot tell when it has: release until Wait returns. The first
+	// Release drops the lease; the later ones are by a stale token, which
+	// still announce.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		release(t, l, k, g.Token)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Wait after Release: %v", err)
+			}
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func testWaitContextEnds(t *testing.T, _ herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	// A completion announced before Wait is called does not end it.
+	g := lease(t, l, k, longTTL)
+	release(t, l, k, g.Token)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(ctx, k); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with no announcement = %v, want context.DeadlineExceeded", err)
+	}
+
+	ctx, cancel = context.WithCancel(t.Context())
+	cancel()
+	if err := l.Wait(ctx, k); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+func testHardExpiry(t *testing.T, s herd.Store, l herd.Lease) {
+	// The ttl argument, not the envelope's own hard expiry, bounds the value.
+	t.Run("Write", func(t *testing.T) {
+		k := key(t, "k")
+		g := lease(t, l, k, longTTL)
+		if !write(t, s, k, fresh("v"), g.Fence, shortTTL) {
+			t.Fatal("Write under the acquired fence refused")
+		}
+		release(t, l, k, g.Token)
+		if load(t, s, k) == nil {
+			t.Fatal("value gone at once")
+		}
+		eventually(t, "hard expiry after Write", func() bool { return load(t, s, k) == nil })
+		if g := acquire(t, l, k, longTTL); g.Token == "" {
+			t.Fatalf("Acquire after hard expiry = %+v, want a lease", g)
+		}
+	})
+	t.Run("Set", func(t *testing.T) {
+		k := key(t, "k")
+		set(t, s, k, fresh("v"), shortTTL)
+		if load(t, s, k) == nil {
+			t.Fatal("value gone at once")
+		}
+		eventually(t, "hard expiry after Set", func() bool { return load(t, s, k) == nil })
+	})
+}
+
+func testConcurrentAcquire(t *testing.T, _ herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	const n = 50
+	start := make(chan struct{})
+	grants := make([]herd.Grant, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			grants[i], errs[i] = l.Acquire(t.Context(), k, longTTL, time.Time{})
+		})
+	}
+	close(start)
+	wg.Wait()
+	holders := 0
+	for i, g := range grants {
+		if errs[i] != nil {
+			t.Fatalf("Acquire %d: %v", i, errs[i])
+		}
+		switch {
+		case g.Token != "":
+			holders++
+		case g.HeldFor <= 0 || g.HeldFor > longTTL:
+			t.Errorf("Acquire %d = %+v, want a lease or HeldFor in (0, %v]", i, g, longTTL)
+		}
+	}
+	if holders != 1 {
+		t.Fatalf("%d concurrent Acquires took the lease, want exactly 1", holders)
+	}
+}
+
+func testCorruptEnvelope(t *testing.T, s herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	g := lease(t, l, k, longTTL)
+	v := fresh("good")
+	if !write(t, s, k, v, g.Fence, longTTL) {
+		t.Fatal("Write under the acquired fence refused")
+	}
+	want := fenced(t, v, g.Fence)
+	future := bytes.Clone(v)
+	future[0]++ // a format version this build does not know
+	now := time.Now().UnixMilli()
+	for name, bad := range map[string][]byte{
+		"nil":     nil,
+		"garbage": []byte("not an envelope"),
+		"short":   v[:len(v)-len("good")-1],
+		"version": future,
+		"fields":  envelope.Append(nil, &envelope.Envelope{Soft: now + 2000, Hard: now + 1000}),
+	} {
+		if ok, err := s.Write(t.Context(), k, bad, g.Fence, longTTL); err == nil {
+			t.Errorf("Write(%s envelope) = %v, nil; want an error", name, ok)
+		}
+		if f, err := s.Set(t.Context(), k, bad, longTTL); err == nil {
+			t.Errorf("Set(%s envelope) = %d, nil; want an error", name, f)
+		}
+	}
+	wantLoad(t, s, k, want)
+	// A refused Set did not advance the fence: the holder can still write.
+	if !write(t, s, k, v, g.Fence, longTTL) {
+		t.Fatal("a Set of a corrupt envelope advanced the fence")
+	}
+}
+
+func testBadInput(t *testing.T, s herd.Store, l herd.Lease) {
+	ctx := t.Context()
+	k := key(t, "k")
+	v := fresh("v")
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		if ok, err := s.Write(ctx, k, v, 0, ttl); err == nil {
+			t.Errorf("Write(ttl %v) = %v, nil; want an error", ttl, ok)
+		}
+		if f, err := s.Set(ctx, k, v, ttl); err == nil {
+			t.Errorf("Set(ttl %v) = %d, nil; want an error", ttl, f)
+		}
+		if g, err := l.Acquire(ctx, k, ttl, time.Time{}); err == nil {
+			t.Errorf("Acquire(ttl %v) = %+v, nil; want an error", ttl, g)
+		}
+	}
+	wantLoad(t, s, k, nil)
+	g := lease(t, l, k, longTTL)
+	if ok, err := l.Extend(ctx, k, g.Token, 0); err == nil {
+		t.Errorf("Extend(ttl 0) = %v, nil; want an error", ok)
+	}
+	if !write(t, s, k, v, g.Fence, longTTL) {
+		t.Fatal("a rejected call advanced the fence")
+	}
+
+	if b, err := s.Load(ctx, ""); err == nil {
+		t.Errorf("Load(\"\") = %q, nil; want an error", b)
+	}
+	if ok, err := s.Write(ctx, "", v, 0, longTTL); err == nil {
+		t.Errorf("Write(\"\") = %v, nil; want an error", ok)
+	}
+	if f, err := s.Set(ctx, "", v, longTTL); err == nil {
+		t.Errorf("Set(\"\") = %d, nil; want an error", f)
+	}
+	if err := s.Invalidate(ctx, ""); err == nil {
+		t.Error("Invalidate(\"\") = nil, want an error")
+	}
+	if g, err := l.Acquire(ctx, "", longTTL, time.Time{}); err == nil {
+		t.Errorf("Acquire(\"\") = %+v, nil; want an error", g)
+	}
+}
+
+func testNotifier(t *testing.T, s herd.Store, l herd.Lease) {
+	n, ok := s.(herd.Notifier)
+	if !ok {
+		t.Logf("%T does not implement herd.Notifier: nothing to check", s)
+		return
+	}
+	t.Logf("%T implements herd.Notifier", s)
+	prefix := key(t, "")
+	notices := make(chan notice, 1024)
+	stop := n.Subscribe(func(k string, fence uint64) {
+		// Other subtests may share the remote: keep only this one's keys.
+		if k == "" || strings.HasPrefix(k, prefix) {
+			notices <- notice{k, fence}
+		}
+	})
+	defer stop()
+
+	// A subscription may start listening a little after Subscribe returns:
+	// touch a key until its notice arrives.
+	first := key(t, "first")
+	eventually(t, "first notice", func() bool {
+		invalidate(t, s, first)
+		for {
+			select {
+			case n := <-notices:
+				if n.key == first {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	// Drain the notices of the extra touches: they end with the marker.
+	mark := key(t, "mark")
+	invalidate(t, s, mark)
+	expect(t, notices, mark, first)
+
+	kSet, kWrite, kInv := key(t, "set"), key(t, "write"), key(t, "invalidate")
+	fSet := set(t, s, kSet, fresh("v"), longTTL)
+	g := lease(t, l, kWrite, longTTL)
+	if !write(t, s, kWrite, fresh("v"), g.Fence, longTTL) {
+		t.Fatal("Write under the acquired fence refused")
+	}
+	if write(t, s, kWrite, fresh("v"), g.Fence-1, longTTL) {
+		t.Fatal("Write under a stale fence accepted")
+	}
+	fBefore := set(t, s, kInv, fresh("v"), longTTL)
+	invalidate(t, s, kInv)
+	invalidate(t, s, mark)
+
+	if f := expect(t, notices, kSet); f != fSet {
+		t.Errorf("notice of Set: fence %d, want the %d Set returned", f, fSet)
+	}
+	if f := expect(t, notices, kWrite); f != g.Fence {
+		t.Errorf("notice of Write: fence %d, want the %d it was written under", f, g.Fence)
+	}
+	if f := expect(t, notices, kInv); f != fBefore {
+		t.Errorf("notice of Set: fence %d, want the %d Set returned", f, fBefore)
+	}
+	fInv := expect(t, notices, kInv)
+	if after := lease(t, l, kInv, longTTL); fInv <= fBefore || fInv >= after.Fence {
+		t.Errorf("fences: Set %d, Invalidate notice %d, Acquire %d; want them increasing", fBefore, fInv, after.Fence)
+	}
+	expect(t, notices, mark)
+
+	stop()
+	stop() // stop is idempotent
+}
+
+type notice struct {
+	key   string
+	fence uint64
+}
+
+// expect reads notices until one for want and returns its fence. It fails on
+// a notice for any other key except "" (a notice may stand for missed ones)
+// and those in skip.
+func expect(t *testing.T, notices <-chan notice, want string, skip ...string) uint64 {
+	t.Helper()
+	timeout := time.After(deadline)
+	for {
+		select {
+		case n := <-notices:
+			switch {
+			case n.key == want:
+				return n.fence
+			case n.key == "" || slices.Contains(skip, n.key):
+			default:
+				t.Fatalf("notice %q, want %q (a refused write notified, or notices out of order)", n.key, want)
+			}
+		case <-timeout:
+			t.Fatalf("no notice for %q within %v", want, deadline)
+		}
+	}
+}
