@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/herdcache/herd/flight"
 	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/internal/topk"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/xfetch"
 )
@@ -35,7 +37,22 @@ type Cache[V any] struct {
 	local   *otter.Cache[string, *entry[V]]
 	flights flight.Group[string, *entry[V]]
 	gens    generations
+	clk     clock
 	st      counters
+	brk     breaker
+
+	recorder Recorder      // nil: none
+	tracer   Tracer        // nil: no spans
+	events   EventRecorder // nil: no events
+	loadDur  histogram
+	waitDur  histogram // lease losers' waits
+	queueDur histogram // limiter queue waits
+	keyLoads keyLoads
+	top      *topk.Tracker // nil: no hot-key tracking
+	// trustFloor is when the local tier last lost its claim to be current
+	// (Unix ns): a missed change notice, or the breaker closing. Local entries
+	// put before it are re-read from the Store before being served as fresh.
+	trustFloor atomic.Int64
 
 	// draw returns a uniform number in (0, 1] for XFetch, and jitterDraw one in
 	// [0, 1) for TTL jitter; tests replace them for determinism.
@@ -63,6 +80,8 @@ type entry[V any] struct {
 	// near is when a replica with a Store must ask it again (Unix
 	// nanoseconds); zero without a Store.
 	near int64
+	// born is when the entry was put in the local tier (Unix nanoseconds).
+	born int64
 	// delta is the measured duration of the load that made the value.
 	delta int64
 	// fence is the remote fence the value was written under; zero when it
@@ -93,6 +112,22 @@ func (e *entry[V]) stale(now int64) bool { return !e.uncached && now >= e.soft }
 
 func nowNano() int64 { return time.Now().UnixNano() }
 
+// clock reads the time for entries: wall-clock Unix nanoseconds, advanced by
+// the monotonic clock from when the cache was made, so that a read costs one
+// monotonic clock read. It drifts from the wall clock only as far as the
+// system clock is slewed or stepped while the process runs.
+type clock struct {
+	wall int64     // Unix nanoseconds at mono
+	mono time.Time // carries a monotonic reading
+}
+
+func newClock() clock {
+	t := time.Now()
+	return clock{wall: t.UnixNano(), mono: t}
+}
+
+func (k *clock) now() int64 { return k.wall + int64(time.Since(k.mono)) }
+
 // New returns a cache configured by o; a nil o means [DefaultOptions].
 // Invalid options give an error whose text starts with "herd: ".
 func New[V any](o *Options[V]) (*Cache[V], error) {
@@ -105,16 +140,42 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	}
 	c := &Cache[V]{
 		cfg:        cfg,
+		clk:        newClock(),
 		draw:       xfetch.U,
 		jitterDraw: rand.Float64,
 	}
 	c.flights.Timeout = cfg.LoadTimeout
+	c.flights.OnJoin = func(string) { c.st.coalesced.add(1) }
+	c.brk.threshold = int32(cfg.BreakerThreshold)
+	c.brk.cooldown = cfg.BreakerCooldown
+	c.brk.onChange = func(open bool) {
+		if !open {
+			c.trustFloor.Store(c.clk.now())
+		}
+		if c.recorder != nil {
+			c.recorder.RecordBreaker(open)
+		}
+		if open {
+			c.event(EventBreakerOpened, "", nil)
+		} else {
+			c.event(EventBreakerClosed, "", nil)
+		}
+	}
+	if cfg.HotKeys > 0 && !cfg.DisableStats {
+		c.top = topk.New(cfg.HotKeys)
+	}
+	if r := cfg.Recorder; r != nil {
+		c.recorder = r
+		c.tracer, _ = r.(Tracer)
+		c.events, _ = r.(EventRecorder)
+	}
 	c.gens.seed = maphash.MakeSeed()
+	// The local tier evicts by size only: entries carry their own soft and
+	// hard expiry, checked on each read with the cache's clock, so otter needs
+	// no clock of its own on the hit path.
 	c.local, err = otter.New(&otter.Options[string, *entry[V]]{
 		MaximumSize: cfg.MaxEntries,
-		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *entry[V]]) time.Duration {
-			return time.Duration(e.Value.hard - nowNano())
-		}),
+		Clock:       noClock{},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("herd: local tier: %w", err)
@@ -125,6 +186,13 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	}
 	return c, nil
 }
+
+// noClock is the local tier's clock: it evicts by size only and never needs
+// the time.
+type noClock struct{}
+
+func (noClock) NowNano() int64                      { return 0 }
+func (noClock) Tick(time.Duration) <-chan time.Time { return nil }
 
 // Must is New for options known to be valid; it panics on an error.
 func Must[V any](c *Cache[V], err error) *Cache[V] {
@@ -193,17 +261,17 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 		return zero, ErrClosed
 	}
 	if e, ok := c.local.GetIfPresent(key); ok {
-		now := nowNano()
-		if now < e.hard && (now < e.near || c.cfg.Store == nil) {
+		now := c.clk.now()
+		if now < e.hard && c.trusted(e, now) {
 			if now < e.soft {
-				c.st.hits.add(1)
+				c.got(key, ResultHit)
 				if c.cfg.Beta > 0 && xfetch.Decide(now, e.soft, e.delta, c.cfg.Beta, c.draw) {
 					c.refresh(ctx, key, load, e, &c.st.earlyRefreshes)
 				}
 				return c.served(e)
 			}
 			if !c.noStale(opts) {
-				c.st.staleServed.add(1)
+				c.got(key, ResultStale)
 				c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
 				return c.served(e)
 			}
@@ -212,11 +280,41 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 	return c.miss(ctx, key, load, c.resolve(opts))
 }
 
+// trusted reports whether a local entry may be served without asking the
+// Store: there is none, the entry is within NearTTL and no notice may have
+// been missed since it was put, or the breaker is open.
+func (c *Cache[V]) trusted(e *entry[V], now int64) bool {
+	return c.cfg.Store == nil || now < e.near && e.born > c.trustFloor.Load() || c.brk.open()
+}
+
+// remoteDone records the outcome of a remote call for the breaker and the stats.
+func (c *Cache[V]) remoteDone(ctx context.Context, err error) {
+	if err != nil {
+		c.st.remoteErrors.add(1)
+	}
+	c.brk.record(ctx, err)
+}
+
 func (c *Cache[V]) served(e *entry[V]) (V, error) {
 	if e.negative {
 		c.st.negativeHits.add(1)
 	}
 	return e.result()
+}
+
+// event hands e to the EventRecorder, if any.
+func (c *Cache[V]) event(kind EventKind, key string, err error) {
+	if c.events != nil {
+		c.events.RecordEvent(Event{Kind: kind, Key: key, Err: err})
+	}
+}
+
+// span starts a span if the Recorder traces; end is never nil.
+func (c *Cache[V]) span(ctx context.Context, op, key string) (context.Context, func(error)) {
+	if c.tracer == nil {
+		return ctx, func(error) {}
+	}
+	return c.tracer.StartSpan(ctx, op, key)
 }
 
 // loader resolves the load function of a call.
@@ -234,28 +332,35 @@ func (c *Cache[V]) loader(key string, load LoadFunc[V]) LoadFunc[V] {
 // shedding) hands to foreground callers that joined its flight; they retry.
 var errSkipped = errors.New("herd: background refresh skipped")
 
+// errLoadPanicked ends the span of a load that panicked or called
+// runtime.Goexit.
+var errLoadPanicked = errors.New("herd: load panicked")
+
 func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co callOpts) (V, error) {
 	var zero V
-	c.st.misses.add(1)
-	load = c.loader(key, load)
-	if load == nil {
-		return zero, ErrNoLoader
+	load = c.loader(key, load) // nil: serve what the tiers hold, or ErrNoLoader
+	if e := c.readRemote(ctx, key, co); e != nil {
+		if e.stale(c.clk.now()) {
+			c.got(key, ResultStale)
+			c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
+		} else {
+			c.got(key, ResultHit)
+			c.st.remoteHits.add(1)
+		}
+		return c.served(e)
 	}
+	c.got(key, ResultMiss)
 	for attempt := 0; ; attempt++ {
 		var (
-			e      *entry[V]
-			err    error
-			shared bool
+			e   *entry[V]
+			err error
 		)
 		if c.cfg.DisableCoalescing || attempt >= 3 {
 			e, err = c.fillAlone(ctx, key, load, co)
 		} else {
-			e, err, shared = c.flights.Do(ctx, key, func(fctx context.Context) (*entry[V], error) {
+			e, err, _ = c.flights.Do(ctx, key, func(fctx context.Context) (*entry[V], error) {
 				return c.fill(fctx, key, load, co, nil)
 			})
-		}
-		if shared {
-			c.st.coalesced.add(1)
 		}
 		if errors.Is(err, errSkipped) {
 			continue
@@ -263,32 +368,59 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 		if err != nil {
 			return zero, err
 		}
-		if e.stale(nowNano()) {
+		if e.stale(c.clk.now()) {
 			// Served stale by the flight (from the Store or as a lease loser).
 			if co.noStale {
 				continue
 			}
-			c.st.staleServed.add(1)
+			c.countStale(key)
 			c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
 		}
 		return c.served(e)
 	}
 }
 
+// readRemote reads key from the Store on the caller's goroutine, before any
+// flight: a value another replica wrote is served without coalescing (a
+// remote hit costs one read). It returns nil when the caller must go on to
+// the flight: no Store, breaker open, nothing usable stored.
+func (c *Cache[V]) readRemote(ctx context.Context, key string, co callOpts) *entry[V] {
+	if c.cfg.Store == nil || !c.brk.allow() {
+		return nil
+	}
+	gen := c.gens.get(key)
+	env, err := c.cfg.Store.Load(ctx, key)
+	c.remoteDone(ctx, err)
+	if err != nil || env == nil {
+		return nil
+	}
+	e, ok := c.decode(env)
+	if !ok {
+		return nil
+	}
+	now := c.clk.now()
+	if now < e.soft || now < e.hard && !co.noStale {
+		c.setLocal(key, e, gen)
+		return e
+	}
+	return nil
+}
+
 // fillAlone runs fill without coalescing, bounded as a flight would be.
 func (c *Cache[V]) fillAlone(ctx context.Context, key string, load LoadFunc[V], co callOpts) (*entry[V], error) {
+	// The load outlives a caller that leaves: it ends at LoadTimeout.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
-	defer cancel()
 	type res struct {
 		e   *entry[V]
 		err error
 	}
 	done := make(chan res, 1)
 	go func() {
+		defer cancel()
 		var r res
 		defer func() {
 			if p := recover(); p != nil {
-				r.err = &flight.PanicError{Value: p}
+				r.err = &flight.PanicError{Value: p, Stack: debug.Stack()}
 			}
 			done <- r
 		}()
@@ -305,7 +437,7 @@ func (c *Cache[V]) fillAlone(ctx context.Context, key string, load LoadFunc[V], 
 // refresh starts one background refresh of e, unless one is running or a
 // failed one is backing off.
 func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e *entry[V], started *stripedCounter) {
-	if e.uncached || e.retryAt.Load() > nowNano() || e.refreshing.Load() {
+	if e.uncached || e.retryAt.Load() > c.clk.now() || e.refreshing.Load() {
 		return
 	}
 	load = c.loader(key, load)
@@ -313,12 +445,13 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 		return
 	}
 	c.mu.RLock()
-	defer c.mu.RUnlock()
 	if c.closed.Load() {
+		c.mu.RUnlock()
 		return
 	}
-	started.add(1)
 	c.bg.Add(1)
+	c.mu.RUnlock()
+	started.add(1)
 	bctx := context.WithoutCancel(ctx)
 	c.cfg.Executor(func() {
 		defer c.bg.Done()
@@ -327,7 +460,8 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 		})
 		if err != nil && !errors.Is(err, errSkipped) {
 			c.st.refreshFailures.add(1)
-			e.retryAt.Store(nowNano() + int64(c.cfg.RefreshBackoff))
+			c.event(EventRefreshFailed, key, err)
+			e.retryAt.Store(c.clk.now() + int64(c.cfg.RefreshBackoff))
 		}
 		// Let a later reader try again if this refresh did not replace e.
 		e.refreshing.Store(false)
@@ -341,12 +475,12 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 	background := old != nil
 	staleOK := !background && !co.noStale
 	gen := c.gens.get(key)
-	now := nowNano()
+	now := c.clk.now()
 
 	// A stale candidate, served to lease losers and on load errors.
 	var candidate *entry[V]
 	if e, ok := c.local.GetIfPresent(key); ok && now < e.hard {
-		trusted := c.cfg.Store == nil || now < e.near
+		trusted := c.trusted(e, now)
 		switch {
 		case background && e != old && trusted && now < e.soft:
 			return e, nil // refreshed by someone else meanwhile
@@ -358,12 +492,14 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 		candidate = e
 	}
 
-	remoteUp := c.cfg.Store != nil
+	// remoteUp is decided once per fill: a probe of a half-open breaker goes
+	// on using the Store for the rest of its fill.
+	remoteUp := c.cfg.Store != nil && c.brk.allow()
 	if remoteUp {
 		env, err := c.cfg.Store.Load(ctx, key)
+		c.remoteDone(ctx, err)
 		switch {
 		case err != nil:
-			c.st.remoteErrors.add(1)
 			remoteUp = false
 			if candidate != nil && !background && (now < candidate.soft || staleOK) {
 				return candidate, nil
@@ -396,12 +532,12 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 		}
 		e, g, err := c.acquire(ctx, key, after, background, co, candidate)
 		switch {
-		case err != nil && errors.Is(err, errRemote):
+		case err != nil && (errors.Is(err, errRemote) || errors.Is(err, errUnfenced)):
 			remoteUp = false
 		case err != nil:
 			return nil, err
 		case e != nil:
-			if !e.stale(nowNano()) {
+			if !e.stale(c.clk.now()) {
 				c.setLocal(key, e, gen)
 			}
 			return e, nil
@@ -416,20 +552,29 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 	if l := c.cfg.Limiter; l != nil {
 		if background {
 			if !l.TryAcquireBackground() {
-				c.st.shed.add(1)
+				c.shed(limiter.ReasonReserve, true)
 				return nil, errSkipped
 			}
-		} else if err := l.Acquire(ctx); err != nil {
-			if errors.Is(err, limiter.ErrOverloaded) {
-				c.st.shed.add(1)
+		} else {
+			start := time.Now()
+			err := l.Acquire(ctx)
+			c.queueDur.observe(time.Since(start))
+			if err != nil {
+				var oe *limiter.OverloadError
+				if errors.As(err, &oe) {
+					c.shed(oe.Reason, false)
+				}
+				return nil, err
 			}
-			return nil, err
 		}
 		defer l.Release()
 	}
 
-	v, delta, d, err := c.runLoad(ctx, load)
-	now = nowNano()
+	if load == nil {
+		return nil, ErrNoLoader
+	}
+	v, delta, d, err := c.runLoad(ctx, key, load, background)
+	now = c.clk.now()
 	if err != nil {
 		c.st.loadErrors.add(1)
 		if errors.Is(err, ErrNotFound) && c.cfg.NegativeTTL > 0 {
@@ -471,28 +616,30 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], token str
 		}
 		rctx, cancel := c.remoteCtx(ctx)
 		defer cancel()
-		ttl := time.Duration(e.hard - nowNano())
+		ttl := time.Duration(e.hard - c.clk.now())
 		if token != "" {
 			ok, err := c.cfg.Store.Write(rctx, key, env, fence, ttl)
+			c.remoteDone(rctx, err)
 			switch {
 			case err != nil:
-				c.st.remoteErrors.add(1)
 			case !ok:
 				c.st.fencedWrites.add(1)
+				if c.recorder != nil {
+					c.recorder.RecordLease(LeaseFenced, 0)
+				}
 				return // a newer write or an invalidation won: keep out of both tiers
 			default:
 				e.fence = fence
 			}
 		} else {
 			f, err := c.cfg.Store.Set(rctx, key, env, ttl)
-			if err != nil {
-				c.st.remoteErrors.add(1)
-			} else {
+			c.remoteDone(rctx, err)
+			if err == nil {
 				e.fence = f
 			}
 		}
 		if c.cfg.NearTTL > 0 {
-			e.near = nowNano() + int64(c.cfg.NearTTL)
+			e.near = c.clk.now() + int64(c.cfg.NearTTL)
 		}
 	}
 	c.setLocal(key, e, gen)
@@ -532,17 +679,39 @@ func NoCache(ctx context.Context) {
 }
 
 // runLoad calls load, cancelled if the cache closes, and measures it.
-func (c *Cache[V]) runLoad(ctx context.Context, load LoadFunc[V]) (V, time.Duration, *directives, error) {
+func (c *Cache[V]) runLoad(ctx context.Context, key string, load LoadFunc[V], background bool) (v V, elapsed time.Duration, d *directives, err error) {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(c.closeCtx, cancel)
 	defer stop()
-	d := &directives{}
+	d = &directives{}
 	lctx = context.WithValue(lctx, directivesKey{}, d)
+	op := "herd.load"
+	if background {
+		op = "herd.refresh"
+	}
+	lctx, end := c.span(lctx, op, key)
 	c.st.loads.add(1)
+	c.countLoad(key)
+	c.keyLoads.start(key)
 	start := time.Now()
-	v, err := load(lctx)
-	return v, time.Since(start), d, err
+	returned := false
+	defer func() {
+		elapsed = time.Since(start)
+		c.keyLoads.done(key)
+		c.loadDur.observe(elapsed)
+		if c.recorder != nil {
+			c.recorder.RecordLoad(elapsed, err, background)
+		}
+		if !returned {
+			end(errLoadPanicked) // the panic goes on to the flight
+			return
+		}
+		end(err)
+	}()
+	v, err = load(lctx)
+	returned = true
+	return v, 0, d, err
 }
 
 func (c *Cache[V]) decode(env []byte) (*entry[V], bool) {
@@ -567,7 +736,7 @@ func (c *Cache[V]) decode(env []byte) (*entry[V], bool) {
 		e.value = v
 	}
 	if c.cfg.NearTTL > 0 {
-		e.near = nowNano() + int64(c.cfg.NearTTL)
+		e.near = c.clk.now() + int64(c.cfg.NearTTL)
 	}
 	return e, true
 }
@@ -599,13 +768,14 @@ func (c *Cache[V]) setLocal(key string, e *entry[V], gen uint64) {
 	if s.n != gen {
 		return
 	}
+	e.born = c.clk.now()
 	c.local.Set(key, e)
 }
 
 // noticed handles a change notice from another replica.
 func (c *Cache[V]) noticed(key string, fence uint64) {
 	if key == "" {
-		c.local.InvalidateAll()
+		c.trustFloor.Store(c.clk.now())
 		return
 	}
 	if e, ok := c.local.GetIfPresent(key); ok && e.fence < fence {
@@ -619,7 +789,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	now := nowNano()
+	now := c.clk.now()
 	soft, hard := c.cfg.jitter.Pair(c.cfg.SoftTTL, c.cfg.HardTTL, c.jitterDraw())
 	e := &entry[V]{value: v, soft: now + int64(soft), hard: now + int64(hard)}
 	var err error
@@ -629,13 +799,16 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 			return fmt.Errorf("herd: encode %q: %w", key, err)
 		}
 		var f uint64
-		if f, err = c.cfg.Store.Set(ctx, key, env, time.Duration(hard)); err != nil {
-			c.st.remoteErrors.add(1)
+		if !c.brk.allow() {
+			err = fmt.Errorf("%w: set %q: breaker open", ErrDegraded, key)
+		} else if f, err = c.cfg.Store.Set(ctx, key, env, time.Duration(hard)); err != nil {
+			c.remoteDone(ctx, err)
 			err = fmt.Errorf("%w: set %q: %w", ErrDegraded, key, err)
 		} else {
+			c.remoteDone(ctx, nil)
 			e.fence = f
 			if c.cfg.NearTTL > 0 {
-				e.near = nowNano() + int64(c.cfg.NearTTL)
+				e.near = c.clk.now() + int64(c.cfg.NearTTL)
 			}
 		}
 	}
@@ -643,6 +816,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	s.mu.Lock()
 	s.n++
 	if err == nil {
+		e.born = c.clk.now()
 		c.local.Set(key, e)
 	} else {
 		c.local.Invalidate(key)
@@ -668,8 +842,12 @@ func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
 	s.mu.Unlock()
 	c.flights.Forget(key)
 	if c.cfg.Store != nil {
-		if err := c.cfg.Store.Invalidate(ctx, key); err != nil {
-			c.st.remoteErrors.add(1)
+		if !c.brk.allow() {
+			return fmt.Errorf("%w: invalidate %q: breaker open", ErrDegraded, key)
+		}
+		err := c.cfg.Store.Invalidate(ctx, key)
+		c.remoteDone(ctx, err)
+		if err != nil {
 			return fmt.Errorf("%w: invalidate %q: %w", ErrDegraded, key, err)
 		}
 	}

@@ -9,10 +9,11 @@ import (
 // Codec turns values into the bytes the remote tier stores and back.
 // Implementations must be safe for concurrent use.
 type Codec[V any] interface {
-	// Marshal encodes v. The cache does not modify the bytes it is given.
+	// Marshal encodes v. The cache never modifies the bytes it returns, so
+	// they may alias v.
 	Marshal(v V) ([]byte, error)
-	// Unmarshal decodes data. data is not modified by the cache after the
-	// call, so a value may alias it.
+	// Unmarshal decodes data. The cache never modifies data after the call,
+	// so the value may alias it.
 	Unmarshal(data []byte) (V, error)
 }
 

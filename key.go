@@ -1,6 +1,10 @@
 package herd
 
-import "strings"
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+)
 
 // Bytes with a meaning in an encoded key. Every other byte stands for itself.
 const (
@@ -45,20 +49,46 @@ func keyLen(namespace string, parts []string) int {
 
 // escapedLen is the length of s once writeEscaped has escaped it.
 func escapedLen(s string) int {
-	return len(s) + strings.Count(s, string(keySep)) + strings.Count(s, string(keyEscape))
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if s[i] == keySep || s[i] == keyEscape {
+			n++
+		}
+	}
+	return n
 }
 
 // writeEscaped writes s with a keyEscape before every keySep and keyEscape.
 func writeEscaped(b *strings.Builder, s string) {
-	for {
-		i := strings.IndexAny(s, string(keySep)+string(keyEscape))
-		if i < 0 {
-			b.WriteString(s)
-			return
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == keySep || c == keyEscape {
+			b.WriteString(s[start:i])
+			b.WriteByte(keyEscape)
+			start = i // the byte itself is written with the next run
 		}
-		b.WriteString(s[:i])
-		b.WriteByte(keyEscape)
-		b.WriteByte(s[i])
-		s = s[i+1:]
 	}
+	b.WriteString(s[start:])
+}
+
+// RedactKey returns key's namespace and a short hash of the whole key, for
+// logs and metrics that must not show the parts of a key (they may hold
+// personal data): RedactKey(Key("users", "tenant-7", "42")) is
+// "users#" followed by eight hex digits. Keys not made by [Key] are treated as
+// a namespace alone.
+func RedactKey(key string) string {
+	ns := key
+	for i := 0; i < len(key); i++ {
+		if key[i] == keyEscape {
+			i++
+			continue
+		}
+		if key[i] == keySep {
+			ns = key[:i]
+			break
+		}
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return fmt.Sprintf("%s#%08x", ns, h.Sum32())
 }

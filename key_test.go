@@ -228,3 +228,23 @@ func ExampleKey() {
 	// flags
 	// flags|
 }
+
+func TestRedactKey(t *testing.T) {
+	for _, tc := range []struct{ key, ns string }{
+		{Key("users", "tenant-7", "42"), "users"},
+		{Key(`a|b\`, "x"), `a\|b\\`},
+		{Key("solo"), "solo"},
+		{"", ""},
+	} {
+		got := RedactKey(tc.key)
+		if !strings.HasPrefix(got, tc.ns+"#") || len(got) != len(tc.ns)+9 {
+			t.Errorf("RedactKey(%q) = %q, want %q#<8 hex digits>", tc.key, got, tc.ns)
+		}
+		if strings.Contains(got, "tenant-7") {
+			t.Errorf("RedactKey(%q) = %q shows a part", tc.key, got)
+		}
+	}
+	if RedactKey(Key("u", "1")) == RedactKey(Key("u", "2")) {
+		t.Error("two keys of one namespace share a redacted form")
+	}
+}

@@ -30,13 +30,20 @@ const (
 // refresh that found the lease held, errRemote or errUnfenced to load without
 // a remote write, or one for the caller.
 func (c *Cache[V]) acquire(ctx context.Context, key string, after time.Time, background bool, co callOpts, candidate *entry[V]) (*entry[V], Grant, error) {
-	deadline := time.Now().Add(c.cfg.LeaseWait)
+	start := time.Now()
+	deadline := start.Add(c.cfg.LeaseWait)
 	backoff := minWaitBackoff
 	waited, pushed := false, false
+	var end func(error)
+	defer func() {
+		if end != nil {
+			end(nil)
+		}
+	}()
 	for {
 		g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, after)
+		c.remoteDone(ctx, err)
 		if err != nil {
-			c.st.remoteErrors.add(1)
 			if ctx.Err() != nil {
 				return nil, g, fmt.Errorf("herd: %w", ctx.Err())
 			}
@@ -53,18 +60,21 @@ func (c *Cache[V]) acquire(ctx context.Context, key string, after time.Time, bac
 				} else {
 					c.st.wokenByPoll.add(1)
 				}
+				c.leaseEvent(LeaseWoken, time.Since(start))
 			}
 			return e, Grant{}, nil
 		}
 		if g.Token != "" {
 			c.st.leaseAcquired.add(1)
+			c.leaseEvent(LeaseAcquired, 0)
 			return nil, g, nil
 		}
 		c.st.leaseContended.add(1)
+		c.leaseEvent(LeaseContended, 0)
 		if background {
 			return nil, g, errSkipped
 		}
-		if candidate != nil && !co.noStale && co.policy != Wait && nowNano() < candidate.hard {
+		if candidate != nil && !co.noStale && co.policy != Wait && c.clk.now() < candidate.hard {
 			return candidate, g, nil
 		}
 		if co.policy == FailFast {
@@ -73,10 +83,14 @@ func (c *Cache[V]) acquire(ctx context.Context, key string, after time.Time, bac
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			c.st.leaseWaitTimeouts.add(1)
+			c.leaseEvent(LeaseWaitTimeout, time.Since(start))
 			if c.cfg.LoadOnLeaseTimeout {
 				return nil, g, errUnfenced
 			}
 			return nil, g, ErrLeaseTimeout
+		}
+		if end == nil {
+			ctx, end = c.span(ctx, "herd.lease_wait", key)
 		}
 		wctx, cancel := context.WithTimeout(ctx, min(backoff, remaining))
 		werr := c.cfg.Lease.Wait(wctx, key)
@@ -87,7 +101,7 @@ func (c *Cache[V]) acquire(ctx context.Context, key string, after time.Time, bac
 				return nil, g, fmt.Errorf("herd: %w", ctx.Err())
 			}
 			if !errors.Is(werr, context.DeadlineExceeded) {
-				c.st.remoteErrors.add(1)
+				c.remoteDone(ctx, werr)
 				return nil, g, fmt.Errorf("%w: wait %q: %w", errRemote, key, werr)
 			}
 		}
@@ -100,9 +114,7 @@ func (c *Cache[V]) acquire(ctx context.Context, key string, after time.Time, bac
 func (c *Cache[V]) release(ctx context.Context, key, token string) {
 	rctx, cancel := c.remoteCtx(ctx)
 	defer cancel()
-	if err := c.cfg.Lease.Release(rctx, key, token); err != nil {
-		c.st.remoteErrors.add(1)
-	}
+	c.remoteDone(rctx, c.cfg.Lease.Release(rctx, key, token))
 }
 
 // watchdog extends the lease every LeaseTTL/3 while the load runs, each
@@ -131,12 +143,14 @@ func (c *Cache[V]) watchdog(ctx context.Context, key, token string) (stop func()
 			}
 			ectx, cancel := context.WithTimeout(ctx, ttl/6)
 			ok, err := c.cfg.Lease.Extend(ectx, key, token, ttl)
+			c.remoteDone(ectx, err)
 			cancel()
 			switch {
 			case err != nil:
-				c.st.remoteErrors.add(1)
 			case !ok:
 				c.st.leaseLost.add(1)
+				c.leaseEvent(LeaseLost, 0)
+				c.event(EventLeaseLost, key, nil)
 				return
 			default:
 				c.st.leaseExtended.add(1)
@@ -146,5 +160,16 @@ func (c *Cache[V]) watchdog(ctx context.Context, key, token string) (stop func()
 	return func() {
 		close(done)
 		wg.Wait()
+	}
+}
+
+// leaseEvent counts a lease event for the Recorder and, for losers' waits,
+// the wait histogram.
+func (c *Cache[V]) leaseEvent(e LeaseEvent, wait time.Duration) {
+	if e == LeaseWoken || e == LeaseWaitTimeout {
+		c.waitDur.observe(wait)
+	}
+	if c.recorder != nil {
+		c.recorder.RecordLease(e, wait)
 	}
 }

@@ -116,6 +116,36 @@ type Options[V any] struct {
 	// [ErrLeaseTimeout].
 	LoadOnLeaseTimeout bool
 
+	// BreakerThreshold is how many consecutive failed Store or Lease calls
+	// open the breaker. While it is open the cache makes no remote calls: it
+	// serves from the local tier (fresh and, unless NoStale, stale until the
+	// hard TTL) and loads once per key per process. Zero means the breaker
+	// never opens: every miss still tries the remote tier, and its failures
+	// still fall back to the local tier and the load.
+	BreakerThreshold int
+	// BreakerCooldown is how long the breaker stays open before one call
+	// probes the remote tier; a successful probe closes it, and local copies
+	// are then re-read from the Store before being served as fresh. Required
+	// with a BreakerThreshold.
+	BreakerCooldown time.Duration
+
+	// Recorder receives events as they happen (and, if it implements Tracer,
+	// wraps loads and lease waits in spans). Nil means none; Stats works
+	// either way.
+	Recorder Recorder
+	// DisableStats stops the counting done on the hit path: Stats then
+	// reports no Hits and no hot keys. The other counters cost nothing next
+	// to a miss and always count.
+	DisableStats bool
+	// HotKeys is how many of the keys with the most traffic Stats reports,
+	// with their misses, loads and stale serves, tracked in memory bounded by
+	// 10×HotKeys counters (hits sampled 1 in 64). Zero means none.
+	HotKeys int
+	// HotKeyNames makes Stats report hot keys in full. Keys may hold personal
+	// data, so by default a hot key is reported as its namespace and a short
+	// hash.
+	HotKeyNames bool
+
 	// Codec encodes values for the Store. Nil means [DefaultCodec].
 	Codec Codec[V]
 
@@ -132,8 +162,9 @@ type Options[V any] struct {
 // adjust: 100,000 local entries, fresh for one minute and served stale for
 // four more, jitter 0.1, XFetch beta 1, a limiter of 32 concurrent loads
 // (a quarter reserved for foreground misses, a one-second queue timeout),
-// near-cache TTL one second and a five-second lease (used once a Store and
-// Lease are set).
+// near-cache TTL one second, a five-second lease, and a breaker that opens
+// after five failed remote calls and probes every second (used once a Store
+// and Lease are set).
 func DefaultOptions[V any]() *Options[V] {
 	l, err := limiter.New(limiter.DefaultOptions(32))
 	if err != nil {
@@ -148,6 +179,11 @@ func DefaultOptions[V any]() *Options[V] {
 		Limiter:    l,
 		NearTTL:    time.Second,
 		LeaseTTL:   5 * time.Second,
+
+		BreakerThreshold: 5,
+		BreakerCooldown:  time.Second,
+
+		HotKeys: 20,
 	}
 }
 
@@ -213,6 +249,17 @@ func (o *Options[V]) validate() (config[V], error) {
 		bad("LeaseWait must not be negative, got %v", o.LeaseWait)
 	} else if o.LeaseWait == 0 {
 		c.LeaseWait = o.LeaseTTL
+	}
+	if o.HotKeys < 0 {
+		bad("HotKeys must not be negative, got %d", o.HotKeys)
+	}
+	if o.BreakerThreshold < 0 {
+		bad("BreakerThreshold must not be negative, got %d", o.BreakerThreshold)
+	} else if o.BreakerThreshold > 0 && o.BreakerCooldown <= 0 {
+		bad("BreakerCooldown must be positive with a BreakerThreshold, got %v", o.BreakerCooldown)
+	}
+	if o.BreakerCooldown < 0 {
+		bad("BreakerCooldown must not be negative, got %v", o.BreakerCooldown)
 	}
 	if o.OnLeaseHeld > FailFast {
 		bad("unknown OnLeaseHeld policy %d", o.OnLeaseHeld)

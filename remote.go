@@ -9,8 +9,11 @@ import (
 // envelopes by key, each key with a fence that only grows.
 //
 // An envelope's fence field is the fence it was written under; Store writes it.
-// Keys are the encoded keys a [Cache] is given; an implementation may prefix
-// them. Implementations must be safe for concurrent use.
+// A key that was never fenced has fence 0. Keys are the encoded keys a [Cache]
+// is given; an implementation may prefix them. An empty key, a ttl that is not
+// positive and an envelope that does not decode are errors that change
+// nothing, fence included. Expiries are compared at millisecond resolution.
+// Implementations must be safe for concurrent use.
 type Store interface {
 	// Load returns the envelope stored under key, or nil and no error when
 	// there is none (missing or past its hard expiry).
@@ -49,8 +52,9 @@ type Lease interface {
 	// key's load has completed, whether or not its write was accepted.
 	Release(ctx context.Context, key, token string) error
 	// Wait blocks until a completion for key is announced after Wait was
-	// called, or ctx ends. Announcements can be lost: callers re-read the Store
-	// after a bounded wait rather than waiting forever.
+	// called, or ctx ends. Announcements can be lost, and one made just after
+	// the call may be missed while the implementation starts listening:
+	// callers re-read after a bounded wait rather than waiting forever.
 	Wait(ctx context.Context, key string) error
 }
 

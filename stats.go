@@ -3,11 +3,16 @@ package herd
 import (
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
+
+	"github.com/herdcache/herd/internal/topk"
+	"github.com/herdcache/herd/limiter"
 )
 
 // Stats is a snapshot of a cache's counters since it was made.
 type Stats struct {
-	Hits           int64 // fresh values served from the local tier
+	Hits           int64 // fresh values served, from either tier
+	RemoteHits     int64 // of those, values read from the Store
 	Misses         int64 // Gets that found no value they could serve at once
 	NegativeHits   int64 // ErrNotFound served from a negative entry
 	StaleServed    int64 // stale values served (stale-while-revalidate, lease losers)
@@ -35,14 +40,74 @@ type Stats struct {
 	DecodeErrors int64 // remote values that could not be decoded (served as misses)
 	EncodeErrors int64 // values the codec could not encode (served, not cached)
 
-	InFlight int // loads running now
+	InFlight int // flights (coalesced loads, with their waiters) running now
+
+	// LoadsRunning is the number of loads running now in this process.
+	LoadsRunning int
+	// KeyConcurrency is the most loads of one key running at once now, and
+	// KeyConcurrencyMax the most ever: with coalescing both stay at most 1.
+	KeyConcurrency, KeyConcurrencyMax int
+
+	// Limiter is a snapshot of the cache's limiter, shared with any other
+	// cache that uses it; zero without a limiter.
+	Limiter LimiterStats
+
+	// HotKeys are the keys with the most traffic (hits sampled 1 in 64, plus
+	// misses and stale serves), most first, at most Options.HotKeys of them.
+	HotKeys []HotKey
+
+	LoadDuration Histogram // how long loads took
+	LeaseWait    Histogram // how long lease losers waited for the holder
+	QueueWait    Histogram // how long loads waited for a limiter slot
+
+	Degraded     bool          // the breaker is open: remote calls are skipped
+	DegradedTime time.Duration // total time the breaker has been open
+	BreakerOpens int64         // times the breaker opened
+}
+
+// LimiterStats describes the limiter a cache uses.
+type LimiterStats struct {
+	Limit, InUse, Waiting int
+	limiter.Stats
+}
+
+// HotKey is one of the keys with the most traffic. Traffic may overcount by
+// up to Error; Misses, Loads and Stale count from when the key was first
+// tracked, so they are lower bounds.
+type HotKey struct {
+	// Key is the key, or its namespace and a short hash unless
+	// Options.HotKeyNames is set.
+	Key     string
+	Traffic uint64
+	Misses  uint64
+	Loads   uint64
+	Stale   uint64
+	Error   uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
 func (c *Cache[V]) Stats() Stats {
 	s := &c.st
+	degraded, opens := c.brk.degraded()
+	running, keyNow, keyMax := c.keyLoads.snapshot()
+	var ls LimiterStats
+	if l := c.cfg.Limiter; l != nil {
+		ls = LimiterStats{Limit: l.Limit(), InUse: l.InUse(), Waiting: l.Waiting(), Stats: l.Stats()}
+	}
 	return Stats{
+		Limiter:           ls,
+		HotKeys:           c.hotKeys(),
+		LoadsRunning:      running,
+		KeyConcurrency:    keyNow,
+		KeyConcurrencyMax: keyMax,
+		LoadDuration:      c.loadDur.snapshot(),
+		LeaseWait:         c.waitDur.snapshot(),
+		QueueWait:         c.queueDur.snapshot(),
+		Degraded:          c.brk.open(),
+		DegradedTime:      degraded,
+		BreakerOpens:      opens,
 		Hits:              s.hits.load(),
+		RemoteHits:        s.remoteHits.load(),
 		Misses:            s.misses.load(),
 		NegativeHits:      s.negativeHits.load(),
 		StaleServed:       s.staleServed.load(),
@@ -70,12 +135,78 @@ func (c *Cache[V]) Stats() Stats {
 }
 
 type counters struct {
-	hits, misses, negativeHits, staleServed, staleIfError        stripedCounter
-	earlyRefreshes, staleRefreshes, refreshFailures              stripedCounter
-	loads, loadErrors, coalesced                                 stripedCounter
-	leaseAcquired, leaseContended, leaseWaitTimeouts             stripedCounter
-	leaseExtended, leaseLost, wokenByPush, wokenByPoll           stripedCounter
-	fencedWrites, shed, remoteErrors, decodeErrors, encodeErrors stripedCounter
+	hits, remoteHits, misses, negativeHits, staleServed, staleIfError stripedCounter
+	earlyRefreshes, staleRefreshes, refreshFailures                   stripedCounter
+	loads, loadErrors, coalesced                                      stripedCounter
+	leaseAcquired, leaseContended, leaseWaitTimeouts                  stripedCounter
+	leaseExtended, leaseLost, wokenByPush, wokenByPoll                stripedCounter
+	fencedWrites, shed, remoteErrors, decodeErrors, encodeErrors      stripedCounter
+}
+
+// got counts how a Get was answered.
+func (c *Cache[V]) got(key string, r GetResult) {
+	if c.recorder != nil {
+		c.recorder.RecordGet(r)
+	}
+	switch r {
+	case ResultHit:
+		if !c.cfg.DisableStats {
+			// One draw picks the counter stripe and samples the hit for the
+			// hot-key tracker (1 in hitSample).
+			r := rand.Uint32()
+			c.st.hits.addAt(r, 1)
+			if c.top != nil && r>>(32-hitSampleBits) == 0 {
+				c.top.Add(key, topk.Counts{Traffic: 1 << hitSampleBits})
+			}
+		}
+	case ResultStale:
+		c.countStale(key)
+	case ResultMiss:
+		c.st.misses.add(1)
+		if c.top != nil {
+			c.top.Add(key, topk.Counts{Traffic: 1, Misses: 1})
+		}
+	}
+}
+
+// hitSampleBits sets the hot-key tracker's sampling of hits: 1 in 64.
+const hitSampleBits = 6
+
+func (c *Cache[V]) countStale(key string) {
+	c.st.staleServed.add(1)
+	if c.top != nil {
+		c.top.Add(key, topk.Counts{Traffic: 1, Stale: 1})
+	}
+}
+
+func (c *Cache[V]) countLoad(key string) {
+	if c.top != nil {
+		c.top.Add(key, topk.Counts{Loads: 1})
+	}
+}
+
+func (c *Cache[V]) hotKeys() []HotKey {
+	if c.top == nil {
+		return nil
+	}
+	items := c.top.Top()
+	hot := make([]HotKey, len(items))
+	for i, it := range items {
+		key := it.Key
+		if !c.cfg.HotKeyNames {
+			key = RedactKey(key)
+		}
+		hot[i] = HotKey{Key: key, Traffic: it.Traffic, Misses: it.Misses, Loads: it.Loads, Stale: it.Stale, Error: it.Error}
+	}
+	return hot
+}
+
+// shed counts a load the limiter refused.
+func (c *Cache[V]) shed(reason string, background bool) {
+	c.st.shed.add(1)
+	if c.recorder != nil {
+		c.recorder.RecordShed(reason, background)
+	}
 }
 
 // stripedCounter is a counter that many goroutines can add to without
@@ -87,8 +218,11 @@ type stripedCounter struct {
 	}
 }
 
-func (s *stripedCounter) add(n int64) {
-	s.stripes[rand.Uint32()%uint32(len(s.stripes))].n.Add(n)
+func (s *stripedCounter) add(n int64) { s.addAt(rand.Uint32(), n) }
+
+// addAt adds n to the stripe that the low bits of r pick.
+func (s *stripedCounter) addAt(r uint32, n int64) {
+	s.stripes[r%uint32(len(s.stripes))].n.Add(n)
 }
 
 func (s *stripedCounter) load() int64 {

@@ -82,18 +82,24 @@ type Group[K comparable, V any] struct {
 	mu       sync.Mutex
 	m        map[K]*call[V] // flights that new callers join; nil until first use
 	inFlight int            // functions running now, forgotten flights included
+	base     time.Time      // set with m; flights time themselves from it
 }
 
 // call is one flight. It is also the context its function runs with.
 type call[V any] struct {
-	// Guarded by the group's mu.
-	waiters int32         // callers waiting for the result now
-	joins   int32         // callers that joined, ever; frozen once out of the map
-	inMap   bool          // the group's map holds this call under its key
-	done    chan struct{} // closed once val and err are set; made when a waiter must select
+	// Guarded by the group's mu. No caller can join once the call has left
+	// the map, so joins, wgUsed and done do not change after that.
+	waiters int32 // callers waiting for the result now
+	joins   int32 // callers that joined, ever
+	inMap   bool  // the group's map holds this call under its key
+	wgUsed  bool  // wg's count is 1: a caller waits on it
+	// done is closed once val and err are set; the first caller that must
+	// select on it makes it.
+	done chan struct{}
 
-	// wg is done once val and err are set: waiters whose context cannot
-	// end wait on it.
+	// wg is done once val and err are set; the first caller that waits
+	// without a context that can end adds to it. A flight that nobody joins
+	// costs neither a channel nor a WaitGroup operation.
 	wg sync.WaitGroup
 
 	// Written once before wg is done and done is closed, read-only after.
@@ -103,7 +109,8 @@ type call[V any] struct {
 	// Written by the caller that started the flight before the function
 	// runs; read-only afterwards.
 	parent   context.Context // where Value looks; never cancelled
-	deadline time.Time
+	base     *time.Time      // the group's base time
+	deadline time.Duration   // since *base
 
 	// The function's context state: cstate says whether and why it ended
 	// (it changes once, from ctxLive); cx is set by the first Done.
@@ -143,6 +150,8 @@ type ctxDone struct {
 // plain function call would; otherwise fn runs on a new goroutine so that
 // the first caller can leave when its ctx ends.
 //
+// fn must not call Do for its own key: it would wait for itself.
+//
 // A panic in fn is recovered and returned to every caller as a
 // [*PanicError]; a fn that calls runtime.Goexit gives its callers
 // [ErrGoexit] (a first caller that runs fn itself exits with it).
@@ -177,7 +186,12 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	if c, ok := g.m[key]; ok {
 		c.waiters++
 		c.joins++
-		if done != nil && c.done == nil {
+		if done == nil {
+			if !c.wgUsed {
+				c.wgUsed = true
+				c.wg.Add(1)
+			}
+		} else if c.done == nil {
 			c.done = make(chan struct{})
 		}
 		g.mu.Unlock()
@@ -192,9 +206,9 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	}
 	if g.m == nil {
 		g.m = make(map[K]*call[V])
+		g.base = time.Now()
 	}
 	c := new(call[V])
-	c.wg.Add(1)
 	c.waiters = 1
 	c.inMap = true
 	if done != nil {
@@ -204,7 +218,9 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	g.inFlight++
 	g.mu.Unlock()
 
-	c.deadline = time.Now().Add(timeout)
+	// Measuring from the group's base reads only the monotonic clock.
+	c.base = &g.base
+	c.deadline = time.Since(g.base) + timeout
 	if g.OnStart != nil {
 		g.OnStart(key)
 	}
@@ -280,9 +296,11 @@ func (g *Group[K, V]) finish(c *call[V], key K) {
 		c.inMap = false
 	}
 	g.inFlight--
-	done := c.done
+	wgUsed, done := c.wgUsed, c.done
 	g.mu.Unlock()
-	c.wg.Done()
+	if wgUsed {
+		c.wg.Done()
+	}
 	if done != nil {
 		close(done)
 	}
@@ -349,7 +367,10 @@ func (x *ctxDone) close() {
 func (c *call[V]) expire() { c.end(ctxExpired) }
 
 // Deadline reports when the flight's timeout ends its context.
-func (c *call[V]) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *call[V]) Deadline() (time.Time, bool) { return c.base.Add(c.deadline), true }
+
+// left returns how long the function's context has until its deadline.
+func (c *call[V]) left() time.Duration { return c.deadline - time.Since(*c.base) }
 
 // Done returns a channel closed when the flight's context ends. The channel
 // and the timer behind it are made on the first call, so a function that
@@ -366,7 +387,7 @@ func (c *call[V]) Done() <-chan struct{} {
 		x.close()
 		return x.ch
 	}
-	d := time.Until(c.deadline)
+	d := c.left()
 	if d <= 0 {
 		c.end(ctxExpired)
 		return x.ch
@@ -379,12 +400,12 @@ func (c *call[V]) Done() <-chan struct{} {
 	return x.ch
 }
 
-// Err returns nil until the flight's context ends, then why it ended. It
-// reads the clock itself, so it reports the deadline even when no Done
-// channel (and so no timer) exists.
+// Err returns nil until the flight's context ends, then why it ended. While
+// no Done channel (and so no timer) exists it reads the clock itself, so it
+// reports the deadline all the same.
 func (c *call[V]) Err() error {
 	s := c.cstate.Load()
-	if s == ctxLive && !time.Now().Before(c.deadline) {
+	if s == ctxLive && c.cx.Load() == nil && c.left() <= 0 {
 		c.end(ctxExpired)
 		s = c.cstate.Load()
 	}

@@ -19,7 +19,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -103,7 +102,12 @@ func (e *Envelope) Validate() error {
 // does not check e: an envelope that Validate rejects encodes to bytes that
 // Decode rejects.
 func Append(dst []byte, e *Envelope) []byte {
-	dst = slices.Grow(dst, HeaderSize+len(e.Value))
+	if n := HeaderSize + len(e.Value); cap(dst)-len(dst) < n {
+		// One allocation, growing geometrically when appending repeatedly.
+		grown := make([]byte, len(dst), max(len(dst)+n, 2*cap(dst)))
+		copy(grown, dst)
+		dst = grown
+	}
 	dst = append(dst, Version, byte(e.Flags))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Soft))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Hard))

@@ -258,6 +258,9 @@ func TestAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { dst = Append(dst[:0], &e) }); n != 0 {
 		t.Errorf("Append into a reused buffer makes %v allocations, want 0", n)
 	}
+	if n := testing.AllocsPerRun(100, func() { _ = Append(nil, &e) }); n != 1 {
+		t.Errorf("Append into nil makes %v allocations, want 1", n)
+	}
 	if n := testing.AllocsPerRun(100, func() { _ = SetFence(b, 3) }); n != 0 {
 		t.Errorf("SetFence makes %v allocations, want 0", n)
 	}

@@ -1,0 +1,339 @@
+// Command herd runs herd's load-test lab: `herd lab` measures what reaches the backing store under each layer of stampede protection.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/herdcache/herd/internal/lab"
+	"github.com/herdcache/herd/internal/lab/report"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1 // a run failed, or --check found a missed promise
+	exitUsage = 2 // bad command line
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole command: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "lab":
+		return runLab(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, topUsage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "herd: unknown command %q\n\n%s", args[0], topUsage)
+	return exitUsage
+}
+
+const topUsage = `Usage: herd <command> [flags]
+
+Commands:
+  lab    run the load-test lab (herd lab --help)
+`
+
+// labFlags holds the values of herd lab's flags.
+type labFlags struct {
+	scenarios, layers, latency, preset   string
+	replicas, clients, keys, capacity    int
+	rate, failureRate                    float64
+	ttl, duration, clientTimeout         time.Duration
+	seed                                 uint64
+	closedLoop, spawnRedis, quick, check bool
+	list                                 bool
+	redis, postgres, out                 string
+}
+
+func newLabFlagSet(f *labFlags) *flag.FlagSet {
+	d := lab.Defaults()
+	fs := flag.NewFlagSet("herd lab", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.scenarios, "scenarios", strings.Join(d.Scenarios, ","), "comma-separated `list` of scenarios to run")
+	fs.StringVar(&f.layers, "layers", strings.Join(d.Layers, ","), "comma-separated `list` of protection layers (rungs of the ladder) to run each scenario under")
+	fs.IntVar(&f.replicas, "replicas", d.Replicas, "number of cache replicas sharing the remote tier")
+	fs.Float64Var(&f.rate, "rate", d.Rate, "requests per second per replica (closed loop: sets the think time to clients/rate)")
+	fs.IntVar(&f.clients, "clients", d.Clients, "clients per replica with --closed-loop")
+	fs.BoolVar(&f.closedLoop, "closed-loop", false, "run a fixed number of clients per replica instead of open-loop Poisson arrivals")
+	fs.IntVar(&f.keys, "keys", d.Keys, "number of keys (Zipf popularity) in flush, node-kill and cold-start")
+	fs.StringVar(&f.latency, "latency", d.Latency.Flag(), "recompute latency `distribution`: fixed:250ms, lognormal:MEAN,SD or uniform:LOW,HIGH")
+	fs.IntVar(&f.capacity, "capacity", d.Capacity, "backing-store calls at full speed at once (latency × (1+(inflight−capacity)/capacity) beyond); 0 = no limit; the pool size with --origin-postgres")
+	fs.Float64Var(&f.failureRate, "failure-rate", 0, "probability that a backing-store call fails")
+	fs.DurationVar(&f.ttl, "ttl", d.TTL, "fresh time of a value in hot-key and node-kill")
+	fs.DurationVar(&f.duration, "duration", d.Duration, "traffic time of each run (cold-start: half)")
+	fs.DurationVar(&f.clientTimeout, "client-timeout", d.ClientTimeout, "timeout of each client request")
+	fs.Uint64Var(&f.seed, "seed", d.Seed, "seed of arrivals, keys, latencies and failures")
+	fs.StringVar(&f.redis, "redis", "", "use the Redis at this loopback `addr` (host:port) as the remote tier, under a key prefix per run")
+	fs.BoolVar(&f.spawnRedis, "spawn-redis", false, "start a local redis-server as the remote tier; node-kill kills it with SIGKILL and restarts it")
+	fs.StringVar(&f.postgres, "origin-postgres", "", "make each backing-store call SELECT pg_sleep(drawn latency) on this loopback PostgreSQL `dsn`")
+	fs.StringVar(&f.out, "out", "", "write results.json, results.csv and report.html to `dir`")
+	fs.BoolVar(&f.quick, "quick", false, "a short suite (every scenario and layer, 40ms recomputes, 600ms runs): under 30 seconds")
+	fs.StringVar(&f.preset, "preset", "", "run a preset that checks the stampede formula: "+strings.Join(lab.Presets, " or "))
+	fs.BoolVar(&f.check, "check", false, "check every layer's promises; exit 1 if one is missed")
+	fs.BoolVar(&f.list, "list", false, "list scenarios, layers and presets, and exit")
+	return fs
+}
+
+func labUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage: herd lab [flags]
+
+Runs every scenario under every layer of protection, one rung of the ladder
+at a time (none → coalescing → lease → xfetch → swr → jitter → limiter, each
+adding one layer), and prints origin calls, calls per expiry, peak origin
+concurrency and client latency per run. The remote tier is an in-process
+store shared by the replicas unless --redis or --spawn-redis is given; the
+backing store is simulated unless --origin-postgres is given.
+
+Flags set explicitly override those of --quick and --preset.
+
+Flags:
+`)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprint(w, `
+Exit status: 0 on success, 1 when a run fails or --check finds a missed
+promise, 2 on a bad command line.
+`)
+}
+
+func printList(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenarios:")
+	for _, s := range lab.Scenarios {
+		fmt.Fprintf(tw, "  %s\t%s\n", s, lab.ScenarioDocs[s])
+	}
+	fmt.Fprintln(tw, "layers (each rung adds one to the rungs above it):")
+	for _, l := range lab.Layers {
+		fmt.Fprintf(tw, "  %s\t%s\n", l, lab.LayerDocs[l])
+	}
+	fmt.Fprintln(tw, "presets:")
+	for _, p := range lab.Presets {
+		fmt.Fprintf(tw, "  %s\t%s\n", p, lab.PresetDocs[p])
+	}
+	tw.Flush()
+}
+
+func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f labFlags
+	fs := newLabFlagSet(&f)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		labUsage(stdout, fs)
+		return exitOK
+	case err != nil:
+		return badUsage(stderr, err)
+	case fs.NArg() > 0:
+		return badUsage(stderr, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if f.list {
+		printList(stdout)
+		return exitOK
+	}
+	o, err := labOptions(fs, &f, stderr)
+	if err != nil {
+		return badUsage(stderr, err)
+	}
+
+	bar := newProgress(stderr)
+	o.Progress = bar.update
+	o.Notes = stderr
+	suite, err := lab.RunSuite(ctx, o)
+	bar.finish()
+	if suite != nil && len(suite.Runs) > 0 {
+		if werr := report.WriteTable(stdout, suite); werr != nil {
+			fmt.Fprintf(stderr, "herd lab: %v\n", werr)
+			return exitFail
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "herd lab: %s\n", message(err))
+		return exitFail
+	}
+	if f.out != "" {
+		if err := report.WriteDir(f.out, suite); err != nil {
+			fmt.Fprintf(stderr, "herd lab: %v\n", err)
+			return exitFail
+		}
+		fmt.Fprintf(stderr, "herd lab: wrote results.json, results.csv and report.html to %s\n", f.out)
+	}
+	if failed := suite.Failed(); len(failed) > 0 {
+		fmt.Fprintf(stderr, "herd lab: %d promise(s) missed:\n", len(failed))
+		for _, c := range failed {
+			fmt.Fprintf(stderr, "  %s / %s: %s (measured %s)\n", c.Scenario, c.Layer, c.Promise, c.Measured)
+		}
+		return exitFail
+	}
+	return exitOK
+}
+
+func badUsage(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "herd lab: %s\nRun 'herd lab --help' for usage.\n", message(err))
+	return exitUsage
+}
+
+// message is err's text without the lab package's prefix on each line,
+// which "herd lab: " already stands for.
+func message(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		if i == 0 {
+			lines[i] = strings.TrimPrefix(l, "lab: ")
+		} else if strings.HasPrefix(l, "lab: ") {
+			lines[i] = "  " + strings.TrimPrefix(l, "lab: ")
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// labOptions resolves the flags: the defaults of --preset, --quick or the
+// default suite, overridden by every flag set explicitly.
+func labOptions(fs *flag.FlagSet, f *labFlags, stderr io.Writer) (lab.Options, error) {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+
+	o := lab.Defaults()
+	switch {
+	case f.preset != "" && f.quick:
+		return o, errors.New("--preset and --quick exclude each other")
+	case f.preset != "":
+		p, err := lab.PresetOptions(f.preset)
+		if err != nil {
+			return o, err
+		}
+		o = p
+	case f.quick:
+		o = lab.Quick()
+	}
+	if set["scenarios"] {
+		o.Scenarios = splitList(f.scenarios)
+	}
+	if set["layers"] {
+		o.Layers = splitList(f.layers)
+	}
+	if set["replicas"] {
+		o.Replicas = f.replicas
+	}
+	if set["rate"] {
+		o.Rate = f.rate
+	}
+	if set["clients"] {
+		o.Clients = f.clients
+	}
+	if set["keys"] {
+		o.Keys = f.keys
+	}
+	if set["latency"] {
+		l, err := lab.ParseLatency(f.latency)
+		if err != nil {
+			return o, err
+		}
+		o.Latency = l
+	}
+	if set["capacity"] {
+		o.Capacity = f.capacity
+	}
+	if set["failure-rate"] {
+		o.FailureRate = f.failureRate
+	}
+	if set["ttl"] {
+		o.TTL = f.ttl
+	}
+	if set["duration"] {
+		o.Duration = f.duration
+	}
+	if set["client-timeout"] {
+		o.ClientTimeout = f.clientTimeout
+	}
+	if set["seed"] {
+		o.Seed = f.seed
+	}
+	o.ClosedLoop = f.closedLoop
+	o.RedisAddr = f.redis
+	o.SpawnRedis = f.spawnRedis
+	o.PostgresDSN = f.postgres
+	o.Check = f.check
+	if o.RedisAddr != "" && !set["scenarios"] && slices.Contains(o.Scenarios, "node-kill") {
+		o.Scenarios = slices.DeleteFunc(o.Scenarios, func(s string) bool { return s == "node-kill" })
+		fmt.Fprintln(stderr, "herd lab: note: node-kill skipped: it cannot kill a Redis the lab did not start (use --spawn-redis)")
+	}
+	return o, o.Validate()
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// progress shows a progress bar of runs on stderr, updated once per run; it
+// renders only when stderr is a terminal.
+type progress struct {
+	w   io.Writer
+	tty bool
+	bar *progressbar.ProgressBar
+}
+
+func newProgress(w io.Writer) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil {
+			tty = fi.Mode()&os.ModeCharDevice != 0
+		}
+	}
+	return &progress{w: w, tty: tty}
+}
+
+func (p *progress) update(done, total int, name string) {
+	if p.bar == nil {
+		p.bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(p.w),
+			progressbar.OptionSetVisibility(p.tty),
+			progressbar.OptionSetDescription("herd lab"),
+			progressbar.OptionSetItsString("runs"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionClearOnFinish(),
+		)
+	}
+	p.bar.Describe(name)
+	_ = p.bar.Set(done)
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}

@@ -1,0 +1,299 @@
+package herdslog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/herdslog"
+	"github.com/herdcache/herd/memory"
+)
+
+// capture is a slog.Handler that keeps every record it is given.
+type capture struct {
+	level slog.Level
+	mu    sync.Mutex
+	lines []line
+}
+
+// line is a record flattened for comparison.
+type line struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+func (l line) String() string { return fmt.Sprintf("%v %q %v", l.level, l.msg, l.attrs) }
+
+func (c *capture) Enabled(_ context.Context, l slog.Level) bool { return l >= c.level }
+func (c *capture) WithAttrs([]slog.Attr) slog.Handler           { return c }
+func (c *capture) WithGroup(string) slog.Handler                { return c }
+func (c *capture) Handle(_ context.Context, r slog.Record) error {
+	l := line{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+	r.Attrs(func(a slog.Attr) bool {
+		l.attrs[a.Key] = a.Value.String()
+		return true
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lines = append(c.lines, l)
+	return nil
+}
+
+// take returns the lines logged since the last call.
+func (c *capture) take() []line {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.lines
+	c.lines = nil
+	return l
+}
+
+func newRecorder(t *testing.T, o herdslog.Options) (*herdslog.Recorder, *capture) {
+	t.Helper()
+	h := &capture{level: slog.LevelDebug}
+	r, err := herdslog.New(slog.New(h), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, h
+}
+
+var errOrigin = errors.New("origin down")
+
+func TestEvents(t *testing.T) {
+	key := herd.Key("user", "tenant-7", "42")
+	for _, c := range []struct {
+		e     herd.Event
+		level slog.Level
+		msg   string // a part of the message
+		attrs map[string]string
+	}{
+		{herd.Event{Kind: herd.EventLeaseLost, Key: key}, slog.LevelWarn, "lease expired",
+			map[string]string{"kind": "lease-lost", "key": herd.RedactKey(key)}},
+		{herd.Event{Kind: herd.EventRefreshFailed, Key: key, Err: errOrigin}, slog.LevelWarn, "refresh failed",
+			map[string]string{"kind": "refresh-failed", "key": herd.RedactKey(key), "err": "origin down"}},
+		{herd.Event{Kind: herd.EventBreakerOpened}, slog.LevelWarn, "breaker opened",
+			map[string]string{"kind": "breaker-opened"}},
+		{herd.Event{Kind: herd.EventBreakerClosed}, slog.LevelInfo, "breaker closed",
+			map[string]string{"kind": "breaker-closed"}},
+		{herd.Event{Kind: 200}, slog.LevelInfo, "event",
+			map[string]string{"kind": "unknown"}},
+	} {
+		r, h := newRecorder(t, herdslog.Options{})
+		r.RecordEvent(c.e)
+		got := h.take()
+		if len(got) != 1 {
+			t.Errorf("%v: %d lines, want 1", c.e.Kind, len(got))
+			continue
+		}
+		l := got[0]
+		if l.level != c.level || !strings.Contains(l.msg, c.msg) || !strings.HasPrefix(l.msg, "herd: ") || fmt.Sprint(l.attrs) != fmt.Sprint(c.attrs) {
+			t.Errorf("%v: logged %v; want %v, a message with %q, %v", c.e.Kind, l, c.level, c.msg, c.attrs)
+		}
+	}
+}
+
+func TestKeyNames(t *testing.T) {
+	key := herd.Key("user", "tenant-7", "42")
+	r, h := newRecorder(t, herdslog.Options{KeyNames: true})
+	r.RecordEvent(herd.Event{Kind: herd.EventLeaseLost, Key: key})
+	if got := h.take(); len(got) != 1 || got[0].attrs["key"] != key {
+		t.Errorf("logged %v, want key %q in full", got, key)
+	}
+	if strings.Contains(herd.RedactKey(key), "tenant-7") {
+		t.Errorf("RedactKey(%q) = %q shows a part", key, herd.RedactKey(key))
+	}
+}
+
+// TestRateLimit checks the token bucket of one kind: a burst, then one line
+// per Interval/Burst, the count of refused lines on the next line logged,
+// and buckets independent across kinds.
+func TestRateLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, h := newRecorder(t, herdslog.Options{Burst: 3, Interval: 3 * time.Second})
+		lost := herd.Event{Kind: herd.EventLeaseLost, Key: "k"}
+		logs := func(n int) []line {
+			for range n {
+				r.RecordEvent(lost)
+			}
+			return h.take()
+		}
+		suppressed := func(ls []line) []string {
+			var s []string
+			for _, l := range ls {
+				s = append(s, l.attrs["suppressed"])
+			}
+			return s
+		}
+		if got := logs(10); len(got) != 3 || fmt.Sprint(suppressed(got)) != "[  ]" {
+			t.Fatalf("10 events at once: %v; want 3 lines without suppressed", got)
+		}
+		// Another kind has its own bucket.
+		r.RecordEvent(herd.Event{Kind: herd.EventBreakerOpened})
+		if got := h.take(); len(got) != 1 || got[0].attrs["suppressed"] != "" {
+			t.Errorf("breaker event after lease-lost flood: %v; want 1 line", got)
+		}
+
+		time.Sleep(time.Second - 1)
+		if got := logs(1); len(got) != 0 {
+			t.Errorf("before a token came back: %v; want nothing", got)
+		}
+		time.Sleep(time.Nanosecond) // exactly one token back
+		if got := logs(2); len(got) != 1 || got[0].attrs["suppressed"] != "8" {
+			t.Errorf("one token back: %v; want 1 line with suppressed=8", got)
+		}
+		time.Sleep(time.Hour) // the bucket fills to Burst, no more
+		if got := logs(5); fmt.Sprint(suppressed(got)) != "[1  ]" {
+			t.Errorf("after a long quiet spell: %v; want 3 lines, the first with suppressed=1", got)
+		}
+	})
+}
+
+func TestDefaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, h := newRecorder(t, herdslog.Options{})
+		for range herdslog.DefaultBurst + 5 {
+			r.RecordEvent(herd.Event{Kind: herd.EventRefreshFailed, Key: "k", Err: errOrigin})
+		}
+		if got := h.take(); len(got) != herdslog.DefaultBurst {
+			t.Errorf("%d lines for %d events at once, want %d", len(got), herdslog.DefaultBurst+5, herdslog.DefaultBurst)
+		}
+		time.Sleep(herdslog.DefaultInterval / herdslog.DefaultBurst)
+		r.RecordEvent(herd.Event{Kind: herd.EventRefreshFailed, Key: "k", Err: errOrigin})
+		if got := h.take(); len(got) != 1 || got[0].attrs["suppressed"] != "5" {
+			t.Errorf("after Interval/Burst: %v; want one line with suppressed=5", got)
+		}
+	})
+}
+
+// TestDisabledLevel checks that events the handler would drop take no
+// tokens and do not count as suppressed.
+func TestDisabledLevel(t *testing.T) {
+	h := &capture{level: slog.LevelError}
+	r, err := herdslog.New(slog.New(h), herdslog.Options{Burst: 1, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := herd.Event{Kind: herd.EventBreakerOpened}
+	r.RecordEvent(opened) // Warn, below the handler's level
+	r.RecordEvent(opened)
+	h.level = slog.LevelInfo
+	r.RecordEvent(opened)
+	if got := h.take(); len(got) != 1 || got[0].attrs["kind"] != "breaker-opened" || got[0].attrs["suppressed"] != "" {
+		t.Errorf("logged %v, want one breaker-opened line without suppressed", got)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []herdslog.Options{{Burst: -1}, {Interval: -time.Second}} {
+		if _, err := herdslog.New(nil, o); err == nil || !strings.HasPrefix(err.Error(), "herdslog: ") {
+			t.Errorf("New(%+v) = %v, want a herdslog error", o, err)
+		}
+	}
+	if r, err := herdslog.New(nil, herdslog.Options{}); err != nil || r == nil {
+		t.Errorf("New(nil logger) = %v, %v", r, err)
+	}
+}
+
+func newCache(t *testing.T, o *herd.Options[string]) *herd.Cache[string] {
+	t.Helper()
+	c, err := herd.New(o)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
+}
+
+// TestWithCache drives a real cache through a failed refresh and a breaker
+// that opens and closes, and checks the lines logged.
+func TestWithCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec, h := newRecorder(t, herdslog.Options{})
+		remote := memory.New()
+		c := newCache(t, &herd.Options[string]{
+			MaxEntries: 10, SoftTTL: time.Second, HardTTL: time.Hour,
+			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
+			BreakerThreshold: 1, BreakerCooldown: time.Second,
+			Recorder: rec,
+		})
+		key := herd.Key("item", "1")
+		good := func(context.Context) (string, error) { return "v", nil }
+		bad := func(context.Context) (string, error) { return "", errOrigin }
+		if _, err := c.Get(t.Context(), key, good); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		if v, err := c.Get(t.Context(), key, bad); v != "v" || err != nil { // stale; the refresh fails
+			t.Fatalf("stale Get = %q, %v", v, err)
+		}
+		synctest.Wait()
+		remote.SetDown(errors.New("connection refused"))
+		if _, err := c.Get(t.Context(), "other", good); err != nil { // opens the breaker, loads locally
+			t.Fatal(err)
+		}
+		remote.SetDown(nil)
+		time.Sleep(2 * time.Second)
+		if _, err := c.Get(t.Context(), "third", good); err != nil { // the probe succeeds
+			t.Fatal(err)
+		}
+		got := h.take()
+		want := []string{"refresh-failed " + herd.RedactKey(key) + " origin down", "breaker-opened  ", "breaker-closed  "}
+		levels := []slog.Level{slog.LevelWarn, slog.LevelWarn, slog.LevelInfo}
+		if len(got) != len(want) {
+			t.Fatalf("logged %v; want %v", got, want)
+		}
+		for i, l := range got {
+			if s := l.attrs["kind"] + " " + l.attrs["key"] + " " + l.attrs["err"]; s != want[i] || l.level != levels[i] {
+				t.Errorf("line %d: %v; want %v %q", i, l, levels[i], want[i])
+			}
+		}
+	})
+}
+
+// TestLeaseLostWithCache lets a lease expire under a running load while the
+// remote refuses the watchdog's extensions, and checks the warning.
+func TestLeaseLostWithCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec, h := newRecorder(t, herdslog.Options{})
+		remote := memory.New()
+		c := newCache(t, &herd.Options[string]{
+			MaxEntries: 10, SoftTTL: time.Hour,
+			Store: remote, Lease: remote, LeaseTTL: 3 * time.Second,
+			Recorder: rec,
+		})
+		key := herd.Key("item", "1")
+		gate := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Get(context.Background(), key, func(context.Context) (string, error) {
+				<-gate
+				return "v", nil
+			})
+			done <- err
+		}()
+		synctest.Wait() // the load runs under the lease
+		remote.SetDown(errors.New("connection refused"))
+		time.Sleep(3500 * time.Millisecond) // extensions fail; the lease expires
+		remote.SetDown(nil)
+		time.Sleep(time.Second) // the next extension finds the lease gone
+		close(gate)
+		<-done
+		got := h.take()
+		if len(got) != 1 || got[0].level != slog.LevelWarn || got[0].attrs["kind"] != "lease-lost" || got[0].attrs["key"] != herd.RedactKey(key) {
+			t.Errorf("logged %v; want one lease-lost warning for %s", got, herd.RedactKey(key))
+		}
+	})
+}

@@ -1,0 +1,516 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// measures is a Run with the figures its promises are checked against.
+type measures struct {
+	run  Run
+	plan plan
+	// hot-key: the largest number of calls in one expiry, fleet-wide and
+	// for one replica.
+	maxPerExpiry, maxPerReplicaExpiry int
+	// flush, cold-start: the largest number of calls for one key since the
+	// flush or start, fleet-wide and for one replica.
+	maxPerKey, maxPerReplicaKey int
+	// node-kill: the largest number of calls one replica made for one key
+	// while the node was down, and the errors no failure explains.
+	maxPerReplicaKeyDown int
+	downCalls            int
+	avoidableErrors      int64
+	// cold-start warm: requests for warmed keys that waited.
+	waitedWarm int64
+	// peakReplica is the highest backing-store concurrency of one replica.
+	peakReplica int
+}
+
+// waitThreshold is the least latency at which a request answered by a
+// backing-store call that ended during it counts as having waited for it: a
+// quarter of the mean recompute time, at least 1ms. Below it, the request
+// only read a value written a moment before.
+func (o *Options) waitThreshold() time.Duration {
+	return max(time.Millisecond, o.Latency.Mean()/4)
+}
+
+// analyze turns what the run recorded into a Run and its measures.
+func (e *runEnv) analyze() *measures {
+	calls := e.origin.Calls()
+	m := &measures{plan: e.p}
+	r := &m.run
+	r.Scenario, r.Layer, r.Variant = e.p.scenario, e.p.layer, e.p.variant
+
+	// Requests after warm-up: counts, waits and latency percentiles.
+	threshold := e.o.waitThreshold()
+	lat := make([]time.Duration, 0, len(e.reqs))
+	for _, q := range e.reqs {
+		if q.start < e.measureFrom {
+			continue
+		}
+		r.Requests++
+		d := q.end - q.start
+		lat = append(lat, d)
+		switch q.outcome {
+		case outcomeShed:
+			r.Shed++
+		case outcomeError:
+			m.avoidableErrors++
+		}
+		if q.outcome != outcomeOK {
+			r.Errors++
+		}
+		if waited(q, calls, threshold) {
+			r.WaitedOnOrigin++
+			if e.p.variant == "warm" && int(q.key) < e.hot {
+				m.waitedWarm++
+			}
+		}
+	}
+	slices.Sort(lat)
+	r.P50, r.P99, r.P999 = quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 0.999)
+
+	for _, rep := range e.reps {
+		for _, c := range rep.caches() {
+			r.StaleServed += c.Stats().StaleServed
+		}
+	}
+
+	counted := make([]Call, 0, len(calls))
+	end := e.trafficEnd
+	for _, c := range calls {
+		if c.Start >= e.countFrom {
+			counted = append(counted, c)
+		}
+		if c.Done {
+			end = max(end, c.End)
+		}
+	}
+	r.OriginCalls = int64(len(counted))
+	var perReplica []int
+	r.PeakOrigin, perReplica = e.origin.Peak()
+	for _, p := range perReplica {
+		m.peakReplica = max(m.peakReplica, p)
+	}
+	r.Bucket = bucketFor(end)
+	r.Timeline, r.Concurrency = sweep(calls, r.Bucket, int(end/r.Bucket)+1)
+
+	extra := map[string]float64{}
+	switch e.p.scenario {
+	case "hot-key":
+		// Expiry events: groups of overlapping calls. Every call that starts
+		// while another for the key is still running recomputes the same
+		// expiry; the next expiry's first call starts after they all ended.
+		// An expiry whose first call came too late for its stampede to be
+		// seen whole is left out.
+		last := e.trafficEnd - 2*e.o.Latency.Mean()
+		var n int
+		for _, ep := range episodes(counted) {
+			if ep[0].Start > last {
+				continue
+			}
+			r.Expiries++
+			n += len(ep)
+			m.maxPerExpiry = max(m.maxPerExpiry, countLoads(ep))
+			for _, v := range perReplicaCounts(ep) {
+				m.maxPerReplicaExpiry = max(m.maxPerReplicaExpiry, v)
+			}
+		}
+		if r.Expiries > 0 {
+			r.CallsPerExpiry = float64(n) / float64(r.Expiries)
+		}
+		extra["max_calls_per_expiry"] = float64(m.maxPerExpiry)
+		extra["max_calls_per_replica_per_expiry"] = float64(m.maxPerReplicaExpiry)
+		extra["waited"] = float64(r.WaitedOnOrigin)
+	case "flush", "cold-start":
+		from := e.flushAt
+		if e.p.scenario == "cold-start" {
+			from = 0
+		}
+		var since []Call
+		for _, c := range counted {
+			if c.Start >= from {
+				since = append(since, c)
+			}
+		}
+		perKey, perReplicaKey := keyCounts(since)
+		for _, v := range perKey {
+			m.maxPerKey = max(m.maxPerKey, v)
+		}
+		for _, v := range perReplicaKey {
+			m.maxPerReplicaKey = max(m.maxPerReplicaKey, v)
+		}
+		r.Expiries = 1
+		r.CallsPerExpiry = float64(r.OriginCalls)
+		extra["keys_loaded"] = float64(len(perKey))
+		extra["max_calls_per_key"] = float64(m.maxPerKey)
+		extra["max_calls_per_replica_per_key"] = float64(m.maxPerReplicaKey)
+		if e.p.variant == "warm" {
+			extra["waited_on_warmed_keys"] = float64(m.waitedWarm)
+			if e.warmFailed > 0 {
+				extra["warm_failed"] = float64(e.warmFailed)
+			}
+		} else if e.p.scenario == "cold-start" {
+			extra["waited"] = float64(r.WaitedOnOrigin)
+		}
+	case "node-kill":
+		var down []Call
+		for _, c := range counted {
+			if c.Start >= e.killAt && c.Start < e.restartAt {
+				down = append(down, c)
+			}
+		}
+		m.downCalls = len(down)
+		// While the node is down each replica is on its own: group each
+		// replica's calls for a key into expiry events (calls overlapping in
+		// time); an early refresh after an earlier one ended is another event.
+		byReplicaKey := map[[2]int][]Call{}
+		for _, c := range down {
+			k := [2]int{c.Replica, c.Key}
+			byReplicaKey[k] = append(byReplicaKey[k], c)
+		}
+		for _, cs := range byReplicaKey {
+			for _, ep := range episodes(cs) {
+				m.maxPerReplicaKeyDown = max(m.maxPerReplicaKeyDown, countLoads(ep))
+			}
+		}
+		r.Expiries = 1
+		r.CallsPerExpiry = float64(r.OriginCalls)
+		extra["calls_while_down"] = float64(m.downCalls)
+		extra["max_calls_per_replica_per_key_per_expiry_while_down"] = float64(m.maxPerReplicaKeyDown)
+		extra["avoidable_errors"] = float64(m.avoidableErrors)
+		extra["down_ms"] = float64((e.restartAt - e.killAt).Milliseconds())
+	}
+	if e.rung >= rung("limiter") {
+		extra["peak_per_replica"] = float64(m.peakReplica)
+	}
+	r.Extra = extra
+	return m
+}
+
+// waited reports whether request q waited for the backing store: it failed
+// after at least threshold, or it was answered by a call that ended after it
+// began and it took at least threshold.
+func waited(q request, calls []Call, threshold time.Duration) bool {
+	if q.end-q.start < threshold {
+		return false
+	}
+	if q.outcome != outcomeOK {
+		return true
+	}
+	if q.call == 0 || q.call > uint64(len(calls)) {
+		return false
+	}
+	c := calls[q.call-1]
+	return c.Done && c.End > q.start
+}
+
+// loads reports whether a call counts against a promise of at most one load:
+// a failure the failure rate drew is retried by design, and a call cut short
+// by its context did not answer anyone.
+func loads(c Call) bool { return !c.Failed }
+
+// countLoads returns how many calls of cs count as loads.
+func countLoads(cs []Call) int {
+	n := 0
+	for _, c := range cs {
+		if loads(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// perReplicaCounts returns the number of loads per replica among cs.
+func perReplicaCounts(cs []Call) map[int]int {
+	m := map[int]int{}
+	for _, c := range cs {
+		if loads(c) {
+			m[c.Replica]++
+		}
+	}
+	return m
+}
+
+// keyCounts returns the number of loads per key and per (replica, key).
+func keyCounts(cs []Call) (perKey map[int]int, perReplicaKey map[[2]int]int) {
+	perKey, perReplicaKey = map[int]int{}, map[[2]int]int{}
+	for _, c := range cs {
+		if loads(c) {
+			perKey[c.Key]++
+			perReplicaKey[[2]int{c.Replica, c.Key}]++
+		}
+	}
+	return perKey, perReplicaKey
+}
+
+// episodes groups calls (of one key) into expiry events: sorted by start, a
+// call joins the current group if it starts before every call of the group
+// has ended, and starts a new group otherwise. A call not yet done never
+// ends.
+func episodes(calls []Call) [][]Call {
+	cs := slices.Clone(calls)
+	slices.SortStableFunc(cs, func(a, b Call) int { return cmpDur(a.Start, b.Start) })
+	var out [][]Call
+	var until time.Duration
+	for _, c := range cs {
+		end := c.End
+		if !c.Done {
+			end = math.MaxInt64
+		}
+		if len(out) == 0 || c.Start >= until {
+			out = append(out, []Call{c})
+			until = end
+			continue
+		}
+		out[len(out)-1] = append(out[len(out)-1], c)
+		until = max(until, end)
+	}
+	return out
+}
+
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// sweep returns, for n buckets of width bucket from time zero, the calls
+// started in each and the peak number of calls in flight during each (a
+// call is in flight over [Start, End); one not done never ends).
+func sweep(calls []Call, bucket time.Duration, n int) (started []int64, peak []int) {
+	type ev struct {
+		t time.Duration
+		d int
+	}
+	evs := make([]ev, 0, 2*len(calls))
+	started = make([]int64, n)
+	for _, c := range calls {
+		evs = append(evs, ev{c.Start, +1})
+		if c.Done {
+			evs = append(evs, ev{c.End, -1})
+		}
+		if b := int(c.Start / bucket); b >= 0 && b < n {
+			started[b]++
+		}
+	}
+	// Ends before starts at the same instant: [Start, End) intervals.
+	slices.SortFunc(evs, func(a, b ev) int {
+		if c := cmpDur(a.t, b.t); c != 0 {
+			return c
+		}
+		return a.d - b.d
+	})
+	peak = make([]int, n)
+	level, i := 0, 0
+	for b := range n {
+		lo, hi := time.Duration(b)*bucket, time.Duration(b+1)*bucket
+		// The level at the bucket's first instant: after every event at it.
+		for ; i < len(evs) && evs[i].t <= lo; i++ {
+			level += evs[i].d
+		}
+		p := level
+		for ; i < len(evs) && evs[i].t < hi; i++ {
+			level += evs[i].d
+			p = max(p, level)
+		}
+		peak[b] = p
+	}
+	return started, peak
+}
+
+// bucketFor picks a round bucket width giving at most 120 buckets over d.
+func bucketFor(d time.Duration) time.Duration {
+	for _, b := range []time.Duration{
+		10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond,
+		100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
+		time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second,
+	} {
+		if d/b < 120 {
+			return b
+		}
+	}
+	return max(d/120, time.Second)
+}
+
+// quantile returns the q-quantile of sorted (nearest rank), zero when empty.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// promise is one promise of a layer in a scenario. It applies to runs of
+// its layer and every rung above it, and to one variant when variant is set.
+type promise struct {
+	layer   string
+	variant string
+	text    string
+	eval    func(m *measures) (measured string, ok bool)
+}
+
+// limiterPromise holds wherever the limiter is on.
+var limiterPromise = promise{
+	layer: "limiter",
+	text:  fmt.Sprintf("peak backing-store concurrency ≤ the limiter's cap (%d per replica)", limiterSlots),
+	eval: func(m *measures) (string, bool) {
+		return fmt.Sprintf("peak %d per replica, %d fleet-wide", m.peakReplica, m.run.PeakOrigin),
+			m.peakReplica <= limiterSlots
+	},
+}
+
+// noWait is the promise of XFetch and stale-while-revalidate in hot-key.
+var noWait = promise{
+	layer: "xfetch",
+	text:  "no client waited on the backing store after warm-up",
+	eval: func(m *measures) (string, bool) {
+		return fmt.Sprintf("%d waited, %d expiries", m.run.WaitedOnOrigin, m.run.Expiries),
+			m.run.WaitedOnOrigin == 0 && m.run.Expiries > 0
+	},
+}
+
+// promises lists the promises of each scenario.
+var promises = map[string][]promise{
+	"hot-key": {
+		{
+			layer: "coalescing",
+			text:  "≤ 1 load per replica per expiry",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("max %d over %d expiries", m.maxPerReplicaExpiry, m.run.Expiries),
+					m.maxPerReplicaExpiry <= 1 && m.run.Expiries > 0
+			},
+		},
+		{
+			layer: "lease",
+			text:  "1 load per expiry fleet-wide",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("max %d over %d expiries", m.maxPerExpiry, m.run.Expiries),
+					m.maxPerExpiry <= 1 && m.run.Expiries > 0
+			},
+		},
+		noWait,
+		limiterPromise,
+	},
+	"flush": {
+		{
+			layer: "coalescing",
+			text:  "≤ 1 load per replica per key after the flush",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("max %d", m.maxPerReplicaKey), m.maxPerReplicaKey <= 1
+			},
+		},
+		{
+			layer: "lease",
+			text:  "≤ 1 load per key fleet-wide after the flush",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("max %d over %.0f keys", m.maxPerKey, m.run.Extra["keys_loaded"]), m.maxPerKey <= 1
+			},
+		},
+		limiterPromise,
+	},
+	"cold-start": {
+		{
+			layer:   "none",
+			variant: "warm",
+			text:    "with warmup, no client waited on a warmed key",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("%d waited", m.waitedWarm), m.waitedWarm == 0
+			},
+		},
+		{
+			layer: "coalescing",
+			text:  "≤ 1 load per replica per key",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("max %d", m.maxPerReplicaKey), m.maxPerReplicaKey <= 1
+			},
+		},
+		{
+			layer: "lease",
+			text:  "≤ 1 load per key fleet-wide",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("max %d over %.0f keys", m.maxPerKey, m.run.Extra["keys_loaded"]), m.maxPerKey <= 1
+			},
+		},
+		limiterPromise,
+	},
+	"node-kill": {
+		{
+			layer: "coalescing",
+			text:  "≤ 1 load per replica per key per expiry while Redis is down",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("max %d over %d calls while down", m.maxPerReplicaKeyDown, m.downCalls),
+					m.maxPerReplicaKeyDown <= 1
+			},
+		},
+		{
+			layer: "coalescing",
+			text:  "no client error the backing store could have answered (shed requests aside)",
+			eval: func(m *measures) (string, bool) {
+				return fmt.Sprintf("%d errors", m.avoidableErrors), m.avoidableErrors == 0
+			},
+		},
+		limiterPromise,
+	},
+}
+
+// checks evaluates the promises that apply to a run.
+func checks(m *measures) []Check {
+	var out []Check
+	label := m.plan.layer
+	if m.plan.variant != "" {
+		label += " (" + m.plan.variant + ")"
+	}
+	for _, p := range promises[m.plan.scenario] {
+		if rung(m.plan.layer) < rung(p.layer) || p.variant != "" && p.variant != m.plan.variant {
+			continue
+		}
+		measured, ok := p.eval(m)
+		out = append(out, Check{
+			Scenario: m.plan.scenario,
+			Layer:    label,
+			Promise:  p.text,
+			Measured: measured,
+			OK:       ok,
+		})
+	}
+	return out
+}
+
+// predictions sets the formula beside the measured calls per expiry of
+// every open-loop hot-key run under none, coalescing or lease.
+func predictions(o *Options, runs []Run) []Prediction {
+	if o.ClosedLoop {
+		return nil
+	}
+	name := o.Preset
+	if name == "" {
+		name = "flags"
+	}
+	var out []Prediction
+	for _, r := range runs {
+		if r.Scenario != "hot-key" {
+			continue
+		}
+		p, ok := Predict(r.Layer, o.Replicas, o.Rate, o.Latency.Mean())
+		if !ok {
+			continue
+		}
+		out = append(out, Prediction{
+			Preset:    name,
+			Layer:     r.Layer,
+			What:      "calls per expiry",
+			Predicted: p,
+			Measured:  r.CallsPerExpiry,
+			Within:    r.Expiries > 0 && within(p, r.CallsPerExpiry),
+		})
+	}
+	return out
+}

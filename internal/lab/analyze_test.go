@@ -1,0 +1,260 @@
+package lab
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func call(id uint64, replica int, start, end time.Duration) Call {
+	return Call{ID: id, Replica: replica, Start: start * time.Millisecond, End: end * time.Millisecond, Done: true}
+}
+
+func ids(eps [][]Call) [][]uint64 {
+	var out [][]uint64
+	for _, ep := range eps {
+		var g []uint64
+		for _, c := range ep {
+			g = append(g, c.ID)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// TestEpisodes checks the grouping of calls into expiry events: calls that
+// start while one of the group is running join it; a call starting when all
+// have ended (even at the same instant) begins the next.
+func TestEpisodes(t *testing.T) {
+	running := call(9, 0, 900, 0)
+	running.Done = false
+	calls := []Call{
+		call(3, 1, 50, 120), // joins 1: starts before 1 ends
+		call(1, 0, 0, 100),
+		call(4, 2, 115, 130), // joins: 3 still running
+		call(5, 0, 130, 200), // starts as the last one ends: new event
+		call(6, 1, 500, 600),
+		running,
+		call(10, 2, 5000, 5001), // after a call that never ended: same event
+	}
+	got := ids(episodes(calls))
+	want := [][]uint64{{1, 3, 4}, {5}, {6}, {9, 10}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("episodes (-want +got):\n%s", diff)
+	}
+	if n := countLoads(episodes(calls)[0]); n != 3 {
+		t.Errorf("countLoads = %d, want 3", n)
+	}
+	failed := call(11, 0, 0, 10)
+	failed.Failed = true
+	if n := countLoads([]Call{failed, call(12, 0, 0, 10)}); n != 1 {
+		t.Errorf("countLoads with one failed call = %d, want 1", n)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	calls := []Call{call(1, 0, 0, 25), call(2, 0, 5, 15), call(3, 0, 15, 40), call(4, 0, 40, 41), call(5, 0, 60, 70)}
+	started, peak := sweep(calls, 10*time.Millisecond, 8)
+	if !slices.Equal(started, []int64{2, 1, 0, 0, 1, 0, 1, 0}) {
+		t.Errorf("started = %v, want [2 1 0 0 1 0 1 0]", started)
+	}
+	// [0,10): 1 and 2; [10,20): 1, 2 until 15, 3 from 15 → 2; [20,30): 1
+	// until 25, 3 → 2; [30,40): 3 → 1; [40,50): 3 ends as 4 starts → 1;
+	// [50,60): none; [60,70): 5; [70,80): 5 ended at 70 → none.
+	if !slices.Equal(peak, []int{2, 2, 2, 1, 1, 0, 1, 0}) {
+		t.Errorf("peak = %v, want [2 2 2 1 1 0 1 0]", peak)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 1000; i++ {
+		d = append(d, time.Duration(i))
+	}
+	for q, want := range map[float64]time.Duration{0.5: 500, 0.99: 990, 0.999: 999, 1: 1000} {
+		if got := quantile(d, q); got != want {
+			t.Errorf("quantile(1..1000, %v) = %v, want %v", q, got, want)
+		}
+	}
+	if quantile(nil, 0.5) != 0 {
+		t.Error("quantile of nothing is not zero")
+	}
+}
+
+// TestWaited checks which requests count as having waited for the backing
+// store.
+func TestWaited(t *testing.T) {
+	ms := time.Millisecond
+	calls := []Call{call(1, 0, 0, 100), call(2, 0, 200, 300)}
+	th := 25 * ms
+	for _, tc := range []struct {
+		name string
+		q    request
+		want bool
+	}{
+		{"served by a call that ended during it", request{start: 150 * ms, end: 300 * ms, call: 2}, true},
+		{"served a value made before it began", request{start: 150 * ms, end: 151 * ms, call: 1}, false},
+		{"slow, but served a value made before it began", request{start: 150 * ms, end: 190 * ms, call: 1}, false},
+		{"read a value written a moment ago", request{start: 299 * ms, end: 301 * ms, call: 2}, false},
+		{"seeded value", request{start: 0, end: 50 * ms, call: 0}, false},
+		{"failed after waiting", request{start: 0, end: 50 * ms, outcome: outcomeError}, true},
+		{"failed at once", request{start: 0, end: ms, outcome: outcomeShed}, false},
+	} {
+		if got := waited(tc.q, calls, th); got != tc.want {
+			t.Errorf("%s: waited = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestChecksApply checks that a layer's promises apply to it and every rung
+// above it, variant promises only to their variant, and that each verdict
+// follows the measure.
+func TestChecksApply(t *testing.T) {
+	promisesOf := func(cs []Check) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Promise)
+		}
+		return out
+	}
+	m := &measures{plan: plan{"flush", "none", ""}, maxPerKey: 5, maxPerReplicaKey: 3}
+	if cs := checks(m); len(cs) != 0 {
+		t.Errorf("flush/none has promises %v, want none", promisesOf(cs))
+	}
+	m.plan.layer = "coalescing"
+	if cs := checks(m); len(cs) != 1 || cs[0].OK || !strings.Contains(cs[0].Promise, "per replica per key") {
+		t.Errorf("flush/coalescing with 3 loads per replica per key: %+v, want one failed per-replica check", cs)
+	}
+	m.plan.layer, m.maxPerReplicaKey, m.maxPerKey = "swr", 1, 1
+	if cs := checks(m); len(cs) != 2 || !cs[0].OK || !cs[1].OK {
+		t.Errorf("flush/swr with one load per key: %+v, want the coalescing and lease promises, passed", cs)
+	}
+	m.plan.layer, m.peakReplica = "limiter", limiterSlots+1
+	cs := checks(m)
+	if len(cs) != 3 || cs[2].OK || !strings.Contains(cs[2].Promise, "limiter's cap") {
+		t.Errorf("flush/limiter over the cap: %+v, want a failed limiter check third", cs)
+	}
+
+	cold := &measures{plan: plan{"cold-start", "none", "cold"}, waitedWarm: 3}
+	if cs := checks(cold); len(cs) != 0 {
+		t.Errorf("cold-start/none cold has promises %v, want none", promisesOf(cs))
+	}
+	warm := &measures{plan: plan{"cold-start", "none", "warm"}, waitedWarm: 3}
+	if cs := checks(warm); len(cs) != 1 || cs[0].OK || cs[0].Layer != "none (warm)" {
+		t.Errorf("cold-start/none warm with 3 waits: %+v, want one failed warm check", cs)
+	}
+
+	hot := &measures{plan: plan{"hot-key", "xfetch", ""}, maxPerExpiry: 1, maxPerReplicaExpiry: 1}
+	hot.run.Expiries = 4
+	hot.run.WaitedOnOrigin = 2
+	cs = checks(hot)
+	if len(cs) != 3 || !cs[0].OK || !cs[1].OK || cs[2].OK {
+		t.Errorf("hot-key/xfetch with 2 waits: %+v, want coalescing and lease passed, no-wait failed", cs)
+	}
+	hot.run.Expiries, hot.run.WaitedOnOrigin = 0, 0
+	for _, c := range checks(hot) {
+		if c.OK {
+			t.Errorf("hot-key/xfetch without any expiry passed %q: nothing was measured", c.Promise)
+		}
+	}
+}
+
+// TestPresets checks the presets' predicted figures: the design's
+// replicas × rate × recompute time unprotected, one per replica with
+// coalescing, one with the lease.
+func TestPresets(t *testing.T) {
+	want := map[string]map[string]float64{
+		"seed-a": {"none": 500, "coalescing": 1, "lease": 1},
+		"seed-b": {"none": 400, "coalescing": 20, "lease": 1},
+	}
+	for _, name := range Presets {
+		o, err := PresetOptions(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if o.Latency.Kind != "fixed" || o.Capacity != 0 || o.ClientTimeout <= 0 || o.Preset != name {
+			t.Errorf("%s: latency %v, capacity %d, client timeout %v, preset %q; want fixed latency, no capacity limit, a client timeout",
+				name, o.Latency, o.Capacity, o.ClientTimeout, o.Preset)
+		}
+		for layer, w := range want[name] {
+			got, ok := Predict(layer, o.Replicas, o.Rate, o.Latency.Mean())
+			if !ok || math.Abs(got-w) > 1e-9 {
+				t.Errorf("%s: Predict(%s) = %v, %v; want %v", name, layer, got, ok, w)
+			}
+		}
+		runs := []Run{
+			{Scenario: "hot-key", Layer: "none", Expiries: 3, CallsPerExpiry: want[name]["none"] * 1.19},
+			{Scenario: "hot-key", Layer: "coalescing", Expiries: 3, CallsPerExpiry: want[name]["coalescing"] * 0.79},
+			{Scenario: "hot-key", Layer: "lease", Expiries: 0},
+			{Scenario: "hot-key", Layer: "swr", Expiries: 3, CallsPerExpiry: 1},
+			{Scenario: "flush", Layer: "none", Expiries: 1, CallsPerExpiry: 9},
+		}
+		ps := predictions(&o, runs)
+		if len(ps) != 3 || !ps[0].Within || ps[1].Within || ps[2].Within || ps[0].Preset != name {
+			t.Errorf("%s: predictions %+v, want none within (+19%%), coalescing outside (−21%%), lease outside (nothing measured)", name, ps)
+		}
+	}
+	if _, err := PresetOptions("seed-c"); err == nil {
+		t.Error("PresetOptions(seed-c) succeeded")
+	}
+	if _, ok := Predict("swr", 2, 10, time.Second); ok {
+		t.Error("Predict(swr) claims a figure")
+	}
+	if got, _ := Predict("none", 1, 1, time.Millisecond); got != 1 {
+		t.Errorf("Predict(none) below one call = %v, want 1 (the call that recomputes)", got)
+	}
+}
+
+// TestValidate checks that every bad setting is refused with its own message.
+func TestValidate(t *testing.T) {
+	for _, o := range []Options{Defaults(), Quick()} {
+		if err := o.Validate(); err != nil {
+			t.Errorf("default options: %v", err)
+		}
+	}
+	for name, tc := range map[string]struct {
+		edit func(*Options)
+		want string
+	}{
+		"scenario":      {func(o *Options) { o.Scenarios = []string{"hot-key", "meltdown"} }, `unknown scenario "meltdown"`},
+		"no scenario":   {func(o *Options) { o.Scenarios = nil }, "no scenario"},
+		"layer":         {func(o *Options) { o.Layers = []string{"cdn"} }, `unknown layer "cdn"`},
+		"replicas":      {func(o *Options) { o.Replicas = 0 }, "replicas"},
+		"rate":          {func(o *Options) { o.Rate = -1 }, "rate"},
+		"rate too high": {func(o *Options) { o.Rate = 1e6 }, "rate"},
+		"clients":       {func(o *Options) { o.ClosedLoop, o.Clients = true, 0 }, "clients"},
+		"keys":          {func(o *Options) { o.Keys = 0 }, "keys"},
+		"latency":       {func(o *Options) { o.Latency = Latency{} }, "latency"},
+		"capacity":      {func(o *Options) { o.Capacity = -1 }, "capacity"},
+		"failure":       {func(o *Options) { o.FailureRate = 1 }, "failure rate"},
+		"ttl":           {func(o *Options) { o.TTL = 0 }, "TTL"},
+		"duration":      {func(o *Options) { o.Duration = time.Hour }, "duration"},
+		"timeout":       {func(o *Options) { o.ClientTimeout = 0 }, "client timeout"},
+		"both redis":    {func(o *Options) { o.RedisAddr, o.SpawnRedis = "127.0.0.1:6379", true }, "exclude each other"},
+		"remote redis":  {func(o *Options) { o.RedisAddr, o.Scenarios = "10.1.2.3:6379", []string{"flush"} }, "loopback"},
+		"redis form":    {func(o *Options) { o.RedisAddr, o.Scenarios = "localhost", []string{"flush"} }, "host:port"},
+		"redis kill":    {func(o *Options) { o.RedisAddr = "[::1]:6379" }, "node-kill cannot kill"},
+		"remote pg":     {func(o *Options) { o.PostgresDSN = "postgres://postgres@db.example.com:5432/postgres" }, "not a loopback"},
+		"bad dsn":       {func(o *Options) { o.PostgresDSN = "postgres://%zz" }, "--origin-postgres"},
+	} {
+		o := Defaults()
+		tc.edit(&o)
+		err := o.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "lab: ") {
+			t.Errorf("%s: Validate() = %v, want an error with %q", name, err, tc.want)
+		}
+	}
+	o := Defaults()
+	o.RedisAddr, o.Scenarios = "localhost:6379", []string{"flush"}
+	o.PostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres"
+	if err := o.Validate(); err != nil {
+		t.Errorf("loopback Redis and PostgreSQL refused: %v", err)
+	}
+}

@@ -1,0 +1,76 @@
+// Package lab runs herd's load-test scenarios against a ladder of protection layers and measures what reaches the backing store.
+//
+// # Fleet
+//
+// A run has Replicas herd.Cache values, each standing for one process of a
+// fleet, over one remote tier: a memory.Remote shared by all of them
+// (embedded), or one redisstore.Remote per replica on a real Redis. Every
+// rung uses the same remote tier, a NearTTL of 100ms (at most half the TTL,
+// so that the shared tier decides, as it does for separate processes), and
+// a breaker that opens after five failed remote calls. The rung then adds,
+// through herd's public options only:
+//
+//	none        DisableCoalescing, no Lease, Beta 0, HardTTL = SoftTTL, Jitter 0, no Limiter
+//	coalescing  in-process coalescing on
+//	lease       + Lease (LeaseTTL 4× the mean recompute, OnLeaseHeld Wait, LeaseWait the client timeout)
+//	xfetch      + Beta 1
+//	swr         + HardTTL 3× SoftTTL, OnLeaseHeld ServeStale
+//	jitter      + Jitter 0.1
+//	limiter     + one limiter.Limiter per replica (each replica is a process):
+//	            4 slots, 1 reserved for misses, queue timeout half the client timeout
+//
+// # Load and backing store
+//
+// Open loop (the default): Poisson arrivals at Rate per replica from a
+// seeded source, each request on its own goroutine with a client timeout,
+// started at its time whether or not earlier ones have been answered.
+// Closed loop: Clients per replica, each waiting for its answer, then a
+// think time of Clients/Rate. The backing store is an [Origin]: latency
+// drawn from a [Latency] distribution, slower beyond its capacity, an
+// optional failure rate, or a real PostgreSQL query (SELECT pg_sleep of the
+// drawn latency). It records every call: its key, replica, start and end.
+// Each value a load returns names the call that made it, so a request knows
+// whether its answer came from a call that ended while it waited.
+//
+// # Scenarios
+//
+// hot-key: one key, warmed once, then expiring every TTL under traffic.
+// flush: keys in steady use (seeded without backing-store calls); at a
+// quarter of the run the remote tier is flushed (memory.Remote.Flush, or
+// SCAN+UNLINK of the run's key prefix on Redis, never FLUSHALL) and every
+// replica gets a fresh cache, as a flush with near-caches left alive would
+// hide the stampede. node-kill: keys in steady use, seeded with expiries
+// spread over one TTL; at a quarter of the run the node dies (memory:
+// SetDown; spawned Redis: SIGKILL, then a restart on the same port, empty)
+// for 0.8 TTL, so each key expires at most once per replica while it is
+// down. cold-start: empty replicas take traffic at once (variant cold), or
+// first all warm the hottest fifth of the keys with Cache.Warm (variant
+// warm). Flush and cold-start keep values for ten run lengths, so every
+// load they count follows the flush or the start. Keys have Zipf(1.1)
+// popularity, key 0 the hottest.
+//
+// # Measures
+//
+// An expiry event of a key is a group of backing-store calls that overlap
+// in time: every call starting while another call for the key is still
+// running recomputes the same expiry. Calls per expiry in hot-key are the
+// calls after warm-up over these events (an event whose first call came too
+// late to see its stampede whole is left out); in the other scenarios the
+// event is the flush, the kill or the start. A request waited on the
+// backing store when it was answered by a call that ended after it began,
+// or failed, and took at least a quarter of the mean recompute time.
+// Promises count loads: calls that did not fail (a drawn failure is retried
+// by design). Each layer's promises hold for it and every rung above it:
+//
+//	hot-key     coalescing: ≤ 1 load per replica per expiry; lease: 1 load per expiry;
+//	            xfetch (and swr): no client waited after warm-up
+//	flush       coalescing: ≤ 1 load per replica per key; lease: ≤ 1 load per key
+//	cold-start  the same, and with warmup (every rung) no client waited on a warmed key
+//	node-kill   coalescing: ≤ 1 load per replica per key per expiry while down, and no
+//	            client error the backing store could have answered (shed requests aside)
+//	everywhere  limiter: peak backing-store concurrency ≤ 4 per replica
+//
+// For open-loop hot-key runs under none, coalescing and lease, [Predict]
+// sets the formula (replicas × rate × mean recompute, replicas, 1) beside
+// the measured calls per expiry.
+package lab

@@ -1,0 +1,197 @@
+package lab
+
+import (
+	"context"
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// small returns a small embedded suite on the fake clock.
+func small() Options {
+	o := Defaults()
+	o.Replicas = 3
+	o.Rate = 100
+	o.Keys = 20
+	o.Latency = Latency{Kind: "fixed", A: 50 * time.Millisecond}
+	o.Capacity = 0
+	o.TTL = 200 * time.Millisecond
+	o.Duration = 2 * time.Second
+	o.ClientTimeout = time.Second
+	o.Check = true
+	return o
+}
+
+func runSuite(t *testing.T, o Options) *Suite {
+	t.Helper()
+	s, err := RunSuite(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func byLayer(s *Suite) map[string]Run {
+	m := map[string]Run{}
+	for _, r := range s.Runs {
+		m[r.Layer+r.Variant] = r
+	}
+	return m
+}
+
+// TestHotKeyLadder runs hot-key under none, coalescing and lease and checks
+// the ladder's direction: unprotected, every request in the recompute
+// window calls the backing store (≈ replicas × rate × latency per expiry);
+// coalescing makes that at most one per replica; the lease one per fleet.
+func TestHotKeyLadder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := small()
+		o.Scenarios = []string{"hot-key"}
+		o.Layers = []string{"none", "coalescing", "lease"}
+		s := runSuite(t, o)
+		runs := byLayer(s)
+		none, co, lease := runs["none"], runs["coalescing"], runs["lease"]
+		for _, r := range s.Runs {
+			if r.Expiries < 3 {
+				t.Fatalf("%s: %d expiries measured, want at least 3", r.Layer, r.Expiries)
+			}
+			if r.Errors != 0 {
+				t.Errorf("%s: %d errors", r.Layer, r.Errors)
+			}
+		}
+		if !(none.CallsPerExpiry > co.CallsPerExpiry && co.CallsPerExpiry >= lease.CallsPerExpiry) {
+			t.Errorf("calls per expiry: none %.1f, coalescing %.1f, lease %.1f; want none > coalescing ≥ lease",
+				none.CallsPerExpiry, co.CallsPerExpiry, lease.CallsPerExpiry)
+		}
+		if lease.CallsPerExpiry != 1 || lease.Extra["max_calls_per_expiry"] != 1 {
+			t.Errorf("lease: %.2f calls per expiry, at most %v; want exactly 1", lease.CallsPerExpiry, lease.Extra["max_calls_per_expiry"])
+		}
+		if co.Extra["max_calls_per_replica_per_expiry"] != 1 || co.CallsPerExpiry > float64(o.Replicas) {
+			t.Errorf("coalescing: %.2f calls per expiry, %v per replica at most; want ≤ %d and 1", co.CallsPerExpiry,
+				co.Extra["max_calls_per_replica_per_expiry"], o.Replicas)
+		}
+		want := float64(o.Replicas) * o.Rate * o.Latency.Mean().Seconds() // 15
+		if math.Abs(none.CallsPerExpiry-want) > 0.35*want {
+			t.Errorf("none: %.1f calls per expiry, want ≈ %.0f", none.CallsPerExpiry, want)
+		}
+		if none.PeakOrigin <= lease.PeakOrigin || lease.PeakOrigin != 1 {
+			t.Errorf("peak concurrency: none %d, lease %d; want none above the lease's 1", none.PeakOrigin, lease.PeakOrigin)
+		}
+		if lease.WaitedOnOrigin == 0 || none.WaitedOnOrigin == 0 {
+			t.Error("no request waited on the backing store at expiry without a stale window")
+		}
+		for _, c := range s.Checks {
+			if !c.OK {
+				t.Errorf("check failed: %+v", c)
+			}
+		}
+		if len(s.Checks) != 3 || len(s.Predictions) != 3 {
+			t.Errorf("%d checks and %d predictions, want 3 and 3", len(s.Checks), len(s.Predictions))
+		}
+		if len(none.Timeline) == 0 || len(none.Timeline) != len(none.Concurrency) || none.Bucket <= 0 {
+			t.Errorf("timeline of %d buckets of %v, concurrency of %d", len(none.Timeline), none.Bucket, len(none.Concurrency))
+		}
+		var sum int64
+		for _, n := range none.Timeline {
+			sum += n
+		}
+		if sum < none.OriginCalls {
+			t.Errorf("timeline holds %d calls, the run counted %d after warm-up", sum, none.OriginCalls)
+		}
+	})
+}
+
+// TestMultiKeyScenarios runs flush, node-kill and cold-start with and
+// without the lease and checks what each promises.
+func TestMultiKeyScenarios(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := small()
+		o.Scenarios = []string{"flush", "node-kill", "cold-start"}
+		o.Layers = []string{"none", "lease", "limiter"}
+		s := runSuite(t, o)
+		if len(s.Runs) != 12 {
+			t.Fatalf("%d runs, want 12 (flush and node-kill × 3, cold-start × 3 × cold/warm)", len(s.Runs))
+		}
+		for _, c := range s.Checks {
+			if !c.OK {
+				t.Errorf("check failed: %+v", c)
+			}
+		}
+		get := func(scenario, layer, variant string) Run {
+			for _, r := range s.Runs {
+				if r.Scenario == scenario && r.Layer == layer && r.Variant == variant {
+					return r
+				}
+			}
+			t.Fatalf("no run %s/%s/%s", scenario, layer, variant)
+			return Run{}
+		}
+		if f := get("flush", "none", ""); f.Extra["max_calls_per_key"] <= 1 {
+			t.Errorf("flush/none: at most %v calls per key after the flush; want a stampede", f.Extra["max_calls_per_key"])
+		}
+		if f := get("flush", "lease", ""); f.Extra["max_calls_per_key"] != 1 || f.OriginCalls > int64(o.Keys) {
+			t.Errorf("flush/lease: %d calls, at most %v per key; want one per key", f.OriginCalls, f.Extra["max_calls_per_key"])
+		}
+		if k := get("node-kill", "lease", ""); k.Extra["calls_while_down"] == 0 || k.Extra["down_ms"] <= 0 {
+			t.Errorf("node-kill/lease: %v calls while down for %vms; want keys loaded while down", k.Extra["calls_while_down"], k.Extra["down_ms"])
+		}
+		if w := get("cold-start", "lease", "warm"); w.Extra["waited_on_warmed_keys"] != 0 {
+			t.Errorf("cold-start/lease warm: %v waited on warmed keys", w.Extra["waited_on_warmed_keys"])
+		}
+		if c := get("cold-start", "none", "cold"); c.WaitedOnOrigin == 0 {
+			t.Error("cold-start/none cold: no request waited on the backing store")
+		}
+		if l := get("cold-start", "limiter", "cold"); l.Extra["peak_per_replica"] > limiterSlots {
+			t.Errorf("cold-start/limiter: peak %v per replica over the cap", l.Extra["peak_per_replica"])
+		}
+	})
+}
+
+// TestLoadModels checks the two load models against a backing store slower
+// than the client timeout: open-loop arrivals keep coming at the configured
+// rate; closed-loop clients send one request at a time.
+func TestLoadModels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := small()
+		o.Scenarios, o.Layers = []string{"cold-start"}, []string{"coalescing"}
+		o.Keys = 1000
+		o.Latency = Latency{Kind: "fixed", A: 10 * time.Second}
+		o.ClientTimeout = 100 * time.Millisecond
+		o.Duration = 4 * time.Second // 2s of traffic in cold-start
+		o.Check = false
+		s := runSuite(t, o)
+		open := s.Runs[0]
+		// Each request on its own goroutine: each of the two runs (cold and
+		// warm, whose warm-up gives up after 4 client timeouts) ends one
+		// client timeout after its 2s of arrivals, however slow the answers:
+		// 4.6s. Requests that waited for each other would take 600 × 100ms.
+		if took := s.Finished.Sub(s.Started); took > 6*time.Second {
+			t.Errorf("open loop: the run took %v for 2s of arrivals; requests waited for earlier ones", took)
+		}
+		want := o.Rate * float64(o.Replicas) * 2 // 600
+		if math.Abs(float64(open.Requests)-want) > 0.1*want {
+			t.Errorf("open loop: %d requests, want ≈ %.0f", open.Requests, want)
+		}
+		if open.Errors != open.Requests {
+			t.Errorf("open loop: %d errors of %d requests; want every one timed out", open.Errors, open.Requests)
+		}
+		if open.P50 != o.ClientTimeout {
+			t.Errorf("open loop: p50 %v, want the client timeout %v", open.P50, o.ClientTimeout)
+		}
+
+		o.ClosedLoop, o.Clients = true, 2
+		s = runSuite(t, o)
+		closed := s.Runs[0]
+		// Each client: wait for the 100ms timeout, think 20ms (2 clients /
+		// 100 req/s): about 2s / 120ms ≈ 16 requests each.
+		per := 2 * time.Second / (o.ClientTimeout + o.thinkTime())
+		want = float64(o.Replicas*o.Clients) * float64(per)
+		if math.Abs(float64(closed.Requests)-want) > 0.15*want+float64(o.Replicas*o.Clients) {
+			t.Errorf("closed loop: %d requests, want ≈ %.0f", closed.Requests, want)
+		}
+		if s.LoadModel == "" || s.LoadModel[:6] != "closed" {
+			t.Errorf("load model %q, want closed-loop", s.LoadModel)
+		}
+	})
+}

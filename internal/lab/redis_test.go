@@ -1,0 +1,96 @@
+package lab
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdcache/herd/internal/redisproc"
+)
+
+// redisSmall is a short suite for a real Redis: real time, so kept brief.
+func redisSmall() Options {
+	o := small()
+	o.Replicas = 2
+	o.Keys = 10
+	o.Latency = Latency{Kind: "fixed", A: 20 * time.Millisecond}
+	o.TTL = 400 * time.Millisecond
+	o.Duration = time.Second
+	o.Layers = []string{"lease"}
+	return o
+}
+
+// TestSpawnedRedis runs node-kill and flush on a redis-server the lab
+// starts, kills with SIGKILL and restarts, and checks the lease's promises
+// there.
+func TestSpawnedRedis(t *testing.T) {
+	o := redisSmall()
+	o.SpawnRedis = true
+	o.Scenarios = []string{"flush", "node-kill"}
+	s, err := RunSuite(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(s.Backend, "spawned redis-server 127.0.0.1:") {
+		t.Errorf("backend %q", s.Backend)
+	}
+	for _, c := range s.Checks {
+		if !c.OK {
+			t.Errorf("check failed: %+v", c)
+		}
+	}
+	if len(s.Checks) != 4 {
+		t.Errorf("%d checks, want 4 (flush: per replica and per key; node-kill: per replica while down and errors)", len(s.Checks))
+	}
+	for _, r := range s.Runs {
+		if r.Scenario == "node-kill" && r.Extra["down_ms"] <= 0 {
+			t.Errorf("node-kill: the node was down %vms", r.Extra["down_ms"])
+		}
+		if r.Scenario == "flush" && (r.OriginCalls == 0 || r.Extra["max_calls_per_key"] != 1) {
+			t.Errorf("flush: %d calls, at most %v per key; want the keys reloaded once each", r.OriginCalls, r.Extra["max_calls_per_key"])
+		}
+	}
+}
+
+// TestUserRedisLeftClean runs on a Redis the lab did not start, as with
+// --redis, and checks that the lab deletes every key it wrote and nothing
+// else.
+func TestUserRedisLeftClean(t *testing.T) {
+	ctx := context.Background()
+	srv, err := redisproc.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.Set(ctx, "users:1", "keep me", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	o := redisSmall()
+	o.RedisAddr = srv.Addr()
+	o.Scenarios = []string{"hot-key", "flush"}
+	s, err := RunSuite(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Backend != "redis "+srv.Addr() {
+		t.Errorf("backend %q", s.Backend)
+	}
+	for _, r := range s.Runs {
+		if r.OriginCalls == 0 || r.Errors != 0 {
+			t.Errorf("%s: %d calls, %d errors", r.Scenario, r.OriginCalls, r.Errors)
+		}
+	}
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0] != "users:1" {
+		t.Errorf("keys left in Redis: %q, want only the user's users:1", keys)
+	}
+}

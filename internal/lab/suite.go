@@ -1,0 +1,169 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// defaultPoolSize is the PostgreSQL pool size when Capacity is zero.
+const defaultPoolSize = 50
+
+// RunSuite runs every selected scenario under every selected layer, one run at a
+// time, and returns what they measured. When ctx ends or a run fails it
+// returns the runs finished so far with the error.
+func RunSuite(ctx context.Context, o Options) (*Suite, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Suite{
+		Started:   time.Now(),
+		Config:    o.config(),
+		LoadModel: o.loadModel(),
+	}
+	notes := o.Notes
+	if notes == nil {
+		notes = io.Discard
+	}
+
+	var b backend = embedded{}
+	if o.RedisAddr != "" || o.SpawnRedis {
+		rb, err := newRedisBackend(ctx, o.RedisAddr, o.SpawnRedis)
+		if err != nil {
+			return nil, err
+		}
+		b = rb
+	}
+	defer b.close()
+	s.Backend = b.describe()
+
+	var query func(context.Context, time.Duration) error
+	if o.PostgresDSN != "" {
+		pool, size, err := openPostgres(ctx, o.PostgresDSN, o.Capacity)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		query = func(ctx context.Context, d time.Duration) error {
+			_, err := pool.Exec(ctx, "SELECT pg_sleep($1)", d.Seconds())
+			return err
+		}
+		s.Origin = fmt.Sprintf("postgres %s (SELECT pg_sleep(%s), pool of %d connections; failure rate %g)",
+			pool.Config().ConnConfig.Host, o.Latency, size, o.FailureRate)
+	} else {
+		capacity := "no capacity limit"
+		if o.Capacity > 0 {
+			capacity = fmt.Sprintf("capacity %d, slower beyond", o.Capacity)
+		}
+		s.Origin = fmt.Sprintf("simulated (%s, %s; failure rate %g)", o.Latency, capacity, o.FailureRate)
+	}
+
+	plans := o.plans()
+	for i, p := range plans {
+		if o.Progress != nil {
+			o.Progress(i, len(plans), p.name())
+		}
+		r, m, err := runOne(ctx, &o, b, query, i, p)
+		if err != nil {
+			s.Finished = time.Now()
+			return s, err
+		}
+		s.Runs = append(s.Runs, r)
+		if o.Check {
+			s.Checks = append(s.Checks, checks(m)...)
+		}
+		if p.scenario == "hot-key" && r.Expiries == 0 {
+			fmt.Fprintf(notes, "lab: %s saw no expiry after warm-up; make --duration longer than --ttl\n", p.name())
+		}
+	}
+	if o.Progress != nil {
+		o.Progress(len(plans), len(plans), "done")
+	}
+	s.Predictions = predictions(&o, s.Runs)
+	if o.Check && o.Preset != "" {
+		for _, p := range s.Predictions {
+			s.Checks = append(s.Checks, Check{
+				Scenario: "hot-key",
+				Layer:    p.Layer,
+				Promise:  fmt.Sprintf("%s within ±20%% of the formula's %g", p.What, p.Predicted),
+				Measured: fmt.Sprintf("%.1f", p.Measured),
+				OK:       p.Within,
+			})
+		}
+	}
+	s.Finished = time.Now()
+	return s, nil
+}
+
+// plans lists the runs of o: scenario by scenario, the layers in ladder
+// order, cold-start once cold and once warm per layer.
+func (o *Options) plans() []plan {
+	var out []plan
+	for _, sc := range Scenarios {
+		if !slices.Contains(o.Scenarios, sc) {
+			continue
+		}
+		for _, l := range Layers {
+			if !slices.Contains(o.Layers, l) {
+				continue
+			}
+			if sc == "cold-start" {
+				out = append(out, plan{sc, l, "cold"}, plan{sc, l, "warm"})
+				continue
+			}
+			out = append(out, plan{sc, l, ""})
+		}
+	}
+	return out
+}
+
+// Failed returns the checks of s that did not hold.
+func (s *Suite) Failed() []Check {
+	var out []Check
+	for _, c := range s.Checks {
+		if !c.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// openPostgres connects a pool of capacity connections (defaultPoolSize when
+// zero), all opened before it returns.
+func openPostgres(ctx context.Context, dsn string, capacity int) (*pgxpool.Pool, int, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, 0, fmt.Errorf("lab: --origin-postgres: %w", err)
+	}
+	size := capacity
+	if size <= 0 {
+		size = defaultPoolSize
+	}
+	cfg.MaxConns = int32(size)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("lab: --origin-postgres: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// Open every connection now, so that no measured call pays for one.
+	conns := make([]*pgxpool.Conn, 0, size)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range size {
+		c, err := pool.Acquire(pctx)
+		if err != nil {
+			pool.Close()
+			return nil, 0, fmt.Errorf("lab: --origin-postgres: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return pool, size, nil
+}

@@ -1,0 +1,147 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestServerKillRestart(t *testing.T) {
+	t.Parallel()
+	n := Server(t)
+	if !strings.HasPrefix(n.Addr, "127.0.0.1:") {
+		t.Fatalf("Addr = %q, want a 127.0.0.1 address", n.Addr)
+	}
+	c := n.Client()
+	if !c.Options().ContextTimeoutEnabled {
+		t.Fatal("Client has ContextTimeoutEnabled off")
+	}
+	ctx := t.Context()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+
+	n.Kill()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING answered after Kill")
+	}
+	n.Kill() // killing a stopped server does nothing
+
+	addr := n.Addr
+	n.Restart()
+	if n.Addr != addr {
+		t.Fatalf("Restart moved the server from %s to %s", addr, n.Addr)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+	if v, err := c.Get(ctx, "k").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET after Restart = %q, %v; want an empty server (no persistence)", v, err)
+	}
+	n.Restart() // a running server is killed first
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after a second Restart: %v", err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	n := Server(t)
+	c := n.Client()
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	n.Pause()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	err := c.Ping(ctx).Err()
+	cancel()
+	if err == nil {
+		t.Fatal("PING answered while paused")
+	}
+	n.Resume()
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING after Resume: %v", err)
+	}
+}
+
+func TestCleanupKills(t *testing.T) {
+	t.Parallel()
+	var n *Node
+	t.Run("server", func(t *testing.T) {
+		n = Server(t)
+	})
+	// The subtest's cleanup has run: nothing listens on the port.
+	if _, err := n.do(t.Context(), "PING"); err == nil {
+		t.Fatalf("server on %s still answers after its test ended", n.Addr)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	cn := Cluster(t)
+	if len(cn.Nodes) != 3 {
+		t.Fatalf("%d nodes, want 3", len(cn.Nodes))
+	}
+	ctx := t.Context()
+	c := cn.Client()
+	// Enough keys that every master gets some: the slots are split three ways.
+	for i := range 64 {
+		if err := c.Set(ctx, fmt.Sprint("key", i), i, 0).Err(); err != nil {
+			t.Fatalf("SET through the cluster client: %v", err)
+		}
+	}
+	for _, n := range cn.Nodes {
+		if !strings.HasPrefix(n.Addr, "127.0.0.1:") {
+			t.Fatalf("node Addr = %q, want a 127.0.0.1 address", n.Addr)
+		}
+		info, err := n.Client().ClusterInfo(ctx).Result()
+		if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
+			t.Fatalf("CLUSTER INFO on %s = %q, %v; want state ok with 3 nodes", n.Addr, info, err)
+		}
+		if size, err := n.Client().DBSize(ctx).Result(); err != nil || size == 0 {
+			t.Errorf("node %s holds %d keys (%v), want some: it serves no slots", n.Addr, size, err)
+		}
+	}
+}
+
+// fakeTB records how a helper ended the test instead of ending it.
+type fakeTB struct {
+	testing.TB
+	skipped, failed bool
+	msg             string
+}
+
+func (f *fakeTB) Skip(args ...any) {
+	f.skipped, f.msg = true, fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func (f *fakeTB) Fatal(args ...any) {
+	f.failed, f.msg = true, fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func TestMissingBinary(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	for _, short := range []bool{false, true} {
+		f := &fakeTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			requireBinary(f, "redis-server", "redis-server", short)
+		}()
+		<-done
+		if f.skipped != short || f.failed == short {
+			t.Errorf("short=%v: skipped %v, failed %v; want skipped only under -short", short, f.skipped, f.failed)
+		}
+		if !strings.Contains(f.msg, "apt-get install redis-server") {
+			t.Errorf("short=%v: message %q has no install hint", short, f.msg)
+		}
+	}
+}

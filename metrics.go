@@ -1,0 +1,297 @@
+package herd
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Recorder receives a cache's events as they happen, for metrics systems
+// that push rather than read [Cache.Stats]. Its methods may be called
+// concurrently; RecordGet runs on the hit path and must be cheap. A Recorder
+// may also implement [Tracer] and [EventRecorder].
+type Recorder interface {
+	// RecordGet is called once per Get with how it was answered.
+	RecordGet(r GetResult)
+	// RecordLoad is called after each load with its duration and error;
+	// background says whether it was a refresh.
+	RecordLoad(d time.Duration, err error, background bool)
+	// RecordLease is called for each lease event; wait is the time a loser
+	// waited (LeaseWoken, LeaseWaitTimeout), zero otherwise.
+	RecordLease(e LeaseEvent, wait time.Duration)
+	// RecordShed is called when the limiter refuses a load.
+	RecordShed(reason string, background bool)
+	// RecordBreaker is called when the breaker opens or closes.
+	RecordBreaker(open bool)
+}
+
+// Tracer is an optional interface of a [Recorder] that wraps loads,
+// refreshes and lease waits in spans, so that a slow request shows what it
+// waited on.
+type Tracer interface {
+	// StartSpan begins a span named op ("herd.load", "herd.refresh" or
+	// "herd.lease_wait") for key and returns a context carrying it and a
+	// function that ends it with the operation's error.
+	StartSpan(ctx context.Context, op, key string) (context.Context, func(err error))
+}
+
+// EventRecorder is an optional interface of a [Recorder] that receives the
+// rare events worth a log line.
+type EventRecorder interface {
+	RecordEvent(e Event)
+}
+
+// Event is something that went wrong or changed state.
+type Event struct {
+	Kind EventKind
+	// Key is the key concerned; empty for breaker events.
+	Key string
+	// Err is the error behind the event, if any.
+	Err error
+}
+
+// EventKind names an [Event].
+type EventKind uint8
+
+const (
+	// EventLeaseLost: a lease expired or moved before its holder released
+	// it; the holder's write will be fenced.
+	EventLeaseLost EventKind = iota + 1
+	// EventRefreshFailed: a background refresh's load failed; the old value
+	// is kept until its hard TTL.
+	EventRefreshFailed
+	// EventBreakerOpened: repeated remote failures; serving from the local
+	// tier only.
+	EventBreakerOpened
+	// EventBreakerClosed: the remote tier answers again.
+	EventBreakerClosed
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventLeaseLost:
+		return "lease-lost"
+	case EventRefreshFailed:
+		return "refresh-failed"
+	case EventBreakerOpened:
+		return "breaker-opened"
+	case EventBreakerClosed:
+		return "breaker-closed"
+	}
+	return "unknown"
+}
+
+// GetResult says how a Get was answered.
+type GetResult uint8
+
+const (
+	ResultHit      GetResult = iota // a fresh value from the local tier
+	ResultStale                     // a stale value, served at once
+	ResultNegative                  // ErrNotFound from a negative entry
+	ResultMiss                      // the caller waited for the remote tier, a lease holder or a load
+)
+
+func (r GetResult) String() string {
+	switch r {
+	case ResultHit:
+		return "hit"
+	case ResultStale:
+		return "stale"
+	case ResultNegative:
+		return "negative"
+	case ResultMiss:
+		return "miss"
+	}
+	return "unknown"
+}
+
+// LeaseEvent names what happened at a lease.
+type LeaseEvent uint8
+
+const (
+	LeaseAcquired    LeaseEvent = iota // this replica took the lease
+	LeaseContended                     // another replica held it
+	LeaseWoken                         // a waiting loser got the holder's value
+	LeaseWaitTimeout                   // a waiting loser gave up
+	LeaseLost                          // the lease expired or moved before release
+	LeaseFenced                        // a write was refused: a newer write or invalidation won
+)
+
+func (e LeaseEvent) String() string {
+	switch e {
+	case LeaseAcquired:
+		return "acquired"
+	case LeaseContended:
+		return "contended"
+	case LeaseWoken:
+		return "woken"
+	case LeaseWaitTimeout:
+		return "wait-timeout"
+	case LeaseLost:
+		return "lost"
+	case LeaseFenced:
+		return "fenced"
+	}
+	return "unknown"
+}
+
+// Histogram is a snapshot of a duration histogram.
+type Histogram struct {
+	// Bounds are the buckets' inclusive upper bounds, ascending; a last
+	// bucket above the highest bound is implied.
+	Bounds []time.Duration
+	// Counts holds the number of observations in each bucket (not
+	// cumulative); len(Counts) == len(Bounds)+1.
+	Counts []uint64
+	Sum    time.Duration
+	Count  uint64
+}
+
+// histogramBounds serve every histogram of a cache: from a local round trip
+// to a stuck origin call.
+var histogramBounds = []time.Duration{
+	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second,
+	10 * time.Second, 30 * time.Second, time.Minute,
+}
+
+// histogram counts durations into histogramBounds without locks.
+type histogram struct {
+	counts [19]atomic.Uint64 // len(histogramBounds)+1
+	sum    atomic.Int64
+}
+
+func (h *histogram) observe(d time.Duration) {
+	i := 0
+	for i < len(histogramBounds) && d > histogramBounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sum.Add(int64(d))
+}
+
+func (h *histogram) snapshot() Histogram {
+	s := Histogram{Bounds: histogramBounds, Counts: make([]uint64, len(h.counts))}
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+		s.Count += s.Counts[i]
+	}
+	s.Sum = time.Duration(h.sum.Load())
+	return s
+}
+
+// keyLoads tracks how many loads of each key run at once in this process:
+// with coalescing it never exceeds one.
+type keyLoads struct {
+	mu      sync.Mutex
+	running map[string]int // guarded by mu; keys with loads running
+	total   int            // guarded by mu
+	max     int            // guarded by mu; highest per-key count seen
+}
+
+func (k *keyLoads) start(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.running == nil {
+		k.running = map[string]int{}
+	}
+	n := k.running[key] + 1
+	k.running[key] = n
+	k.total++
+	k.max = max(k.max, n)
+}
+
+func (k *keyLoads) done(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.total--
+	if n := k.running[key] - 1; n > 0 {
+		k.running[key] = n
+	} else {
+		delete(k.running, key)
+	}
+}
+
+// snapshot returns the loads running, the highest per-key count now and the
+// highest ever.
+func (k *keyLoads) snapshot() (total, now, highest int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, n := range k.running {
+		now = max(now, n)
+	}
+	return k.total, now, k.max
+}
+
+// Recorders returns a Recorder that hands every event to each of rs in
+// order; it is a [Tracer] and an [EventRecorder] when any of rs is, nesting
+// the spans of every member that traces. Nil members are skipped.
+func Recorders(rs ...Recorder) Recorder {
+	m := multiRecorder{}
+	for _, r := range rs {
+		if r != nil {
+			m = append(m, r)
+		}
+	}
+	return m
+}
+
+type multiRecorder []Recorder
+
+func (m multiRecorder) RecordGet(r GetResult) {
+	for _, x := range m {
+		x.RecordGet(r)
+	}
+}
+
+func (m multiRecorder) RecordLoad(d time.Duration, err error, background bool) {
+	for _, x := range m {
+		x.RecordLoad(d, err, background)
+	}
+}
+
+func (m multiRecorder) RecordLease(e LeaseEvent, wait time.Duration) {
+	for _, x := range m {
+		x.RecordLease(e, wait)
+	}
+}
+
+func (m multiRecorder) RecordShed(reason string, background bool) {
+	for _, x := range m {
+		x.RecordShed(reason, background)
+	}
+}
+
+func (m multiRecorder) RecordBreaker(open bool) {
+	for _, x := range m {
+		x.RecordBreaker(open)
+	}
+}
+
+func (m multiRecorder) RecordEvent(e Event) {
+	for _, x := range m {
+		if er, ok := x.(EventRecorder); ok {
+			er.RecordEvent(e)
+		}
+	}
+}
+
+func (m multiRecorder) StartSpan(ctx context.Context, op, key string) (context.Context, func(error)) {
+	var ends []func(error)
+	for _, x := range m {
+		if t, ok := x.(Tracer); ok {
+			var end func(error)
+			ctx, end = t.StartSpan(ctx, op, key)
+			ends = append(ends, end)
+		}
+	}
+	return ctx, func(err error) {
+		for i := len(ends) - 1; i >= 0; i-- {
+			ends[i](err)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package herd_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/herdcache/herd"
+)
+
+// stampedeStats has callers Get one missing key at once while the load waits
+// until every caller has arrived (or, with coalescing, joined), and returns
+// the stats after.
+func stampedeStats(t *testing.T, callers int, disableCoalescing bool) herd.Stats {
+	var stats herd.Stats
+	synctest.Test(t, func(t *testing.T) {
+		c := herd.Must(herd.New(&herd.Options[string]{
+			MaxEntries: 10, SoftTTL: time.Minute, DisableCoalescing: disableCoalescing, HotKeys: 5,
+		}))
+		defer c.Close(context.Background())
+		release := make(chan struct{})
+		load := func(ctx context.Context) (string, error) {
+			<-release
+			return "v", nil
+		}
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				if v, err := c.Get(context.Background(), herd.Key("hot"), load); err != nil || v != "v" {
+					t.Errorf("Get = %q, %v", v, err)
+				}
+			})
+		}
+		synctest.Wait() // every caller is in its load or waiting on the one flight
+		close(release)
+		wg.Wait()
+		stats = c.Stats()
+	})
+	return stats
+}
+
+func TestStatsAfterStampede(t *testing.T) {
+	s := stampedeStats(t, 1000, false)
+	if s.Loads != 1 || s.Coalesced != 999 || s.KeyConcurrencyMax != 1 || s.Misses != 1000 {
+		t.Errorf("coalesced stampede: loads=%d coalesced=%d key concurrency max=%d misses=%d; want 1, 999, 1, 1000",
+			s.Loads, s.Coalesced, s.KeyConcurrencyMax, s.Misses)
+	}
+	if s.LoadDuration.Count != 1 {
+		t.Errorf("load duration histogram holds %d loads, want 1", s.LoadDuration.Count)
+	}
+	if len(s.HotKeys) != 1 || s.HotKeys[0].Misses != 1000 || s.HotKeys[0].Loads != 1 {
+		t.Errorf("hot keys = %+v, want the one key with 1000 misses and 1 load", s.HotKeys)
+	}
+
+	u := stampedeStats(t, 50, true)
+	if u.Loads != 50 || u.KeyConcurrencyMax != 50 || u.Coalesced != 0 {
+		t.Errorf("without coalescing: loads=%d key concurrency max=%d coalesced=%d; want 50, 50, 0",
+			u.Loads, u.KeyConcurrencyMax, u.Coalesced)
+	}
+}
+
+func TestHotKeys(t *testing.T) {
+	ctx := context.Background()
+	c := herd.Must(herd.New(&herd.Options[int]{MaxEntries: 10_000, SoftTTL: time.Hour, HotKeys: 3}))
+	defer c.Close(ctx)
+	load := func(ctx context.Context) (int, error) { return 1, nil }
+	// One key that keeps missing (a NoCache load) drives the origin while
+	// 1,000 others are hit a few times each: the global miss rate is low.
+	for i := range 1000 {
+		for range 5 {
+			c.Get(ctx, herd.Key("user", "t1", fmt.Sprint(i)), load)
+		}
+	}
+	hot := herd.Key("report", "tenant-secret", "q4")
+	for range 800 {
+		c.Get(ctx, hot, func(ctx context.Context) (int, error) {
+			herd.NoCache(ctx)
+			return 2, nil
+		})
+	}
+	s := c.Stats()
+	if len(s.HotKeys) != 3 {
+		t.Fatalf("%d hot keys reported, want 3", len(s.HotKeys))
+	}
+	top := s.HotKeys[0]
+	if top.Key != herd.RedactKey(hot) || top.Misses != 800 || top.Loads != 800 {
+		t.Errorf("top hot key = %+v, want %s with 800 misses and 800 loads", top, herd.RedactKey(hot))
+	}
+	for _, h := range s.HotKeys {
+		if strings.Contains(h.Key, "tenant-secret") || strings.Contains(h.Key, "t1") {
+			t.Errorf("hot key %q shows the key's parts without HotKeyNames", h.Key)
+		}
+	}
+
+	named := herd.Must(herd.New(&herd.Options[int]{MaxEntries: 10, SoftTTL: time.Hour, HotKeys: 1, HotKeyNames: true}))
+	defer named.Close(ctx)
+	named.Get(ctx, hot, load)
+	if got := named.Stats().HotKeys; len(got) != 1 || got[0].Key != hot {
+		t.Errorf("with HotKeyNames, hot keys = %+v, want the full key %q", got, hot)
+	}
+}
+
+// recorder counts what a Recorder is told.
+type recorder struct {
+	gets   [4]atomic.Int64
+	loads  atomic.Int64
+	events sync.Map
+}
+
+func (r *recorder) RecordGet(res herd.GetResult)               { r.gets[res].Add(1) }
+func (r *recorder) RecordLoad(time.Duration, error, bool)      { r.loads.Add(1) }
+func (r *recorder) RecordLease(herd.LeaseEvent, time.Duration) {}
+func (r *recorder) RecordShed(string, bool)                    {}
+func (r *recorder) RecordBreaker(bool)                         {}
+func (r *recorder) RecordEvent(e herd.Event)                   { r.events.Store(e.Kind, e) }
+
+func TestRecorder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		c := herd.Must(herd.New(&herd.Options[string]{
+			MaxEntries: 10, SoftTTL: time.Second, HardTTL: time.Minute, Recorder: rec,
+		}))
+		defer c.Close(context.Background())
+		ctx := context.Background()
+		fail := false
+		load := func(ctx context.Context) (string, error) {
+			if fail {
+				return "", fmt.Errorf("origin down")
+			}
+			return "v", nil
+		}
+		c.Get(ctx, "k", load) // miss
+		c.Get(ctx, "k", load) // hit
+		time.Sleep(2 * time.Second)
+		fail = true
+		c.Get(ctx, "k", load) // stale; its refresh fails
+		synctest.Wait()
+		if rec.gets[herd.ResultMiss].Load() != 1 || rec.gets[herd.ResultHit].Load() != 1 || rec.gets[herd.ResultStale].Load() != 1 {
+			t.Errorf("gets: miss %d hit %d stale %d; want 1 each",
+				rec.gets[herd.ResultMiss].Load(), rec.gets[herd.ResultHit].Load(), rec.gets[herd.ResultStale].Load())
+		}
+		if rec.loads.Load() != 2 {
+			t.Errorf("loads recorded %d, want 2", rec.loads.Load())
+		}
+		if _, ok := rec.events.Load(herd.EventRefreshFailed); !ok {
+			t.Error("a failed refresh raised no event")
+		}
+	})
+}
+
+type tracer struct {
+	recorder
+	spans []string
+}
+
+func (t *tracer) StartSpan(ctx context.Context, op, key string) (context.Context, func(error)) {
+	t.spans = append(t.spans, "start "+op)
+	return ctx, func(error) { t.spans = append(t.spans, "end "+op) }
+}
+
+func TestRecorders(t *testing.T) {
+	plain, traced := &recorder{}, &tracer{}
+	c := herd.Must(herd.New(&herd.Options[string]{
+		MaxEntries: 10, SoftTTL: time.Minute, Recorder: herd.Recorders(plain, nil, traced),
+	}))
+	defer c.Close(context.Background())
+	c.Get(context.Background(), "k", func(ctx context.Context) (string, error) { return "v", nil })
+	c.Get(context.Background(), "k", nil)
+	for _, r := range []*recorder{plain, &traced.recorder} {
+		if r.gets[herd.ResultMiss].Load() != 1 || r.gets[herd.ResultHit].Load() != 1 || r.loads.Load() != 1 {
+			t.Errorf("a member saw miss %d hit %d loads %d, want 1 each",
+				r.gets[herd.ResultMiss].Load(), r.gets[herd.ResultHit].Load(), r.loads.Load())
+		}
+	}
+	if want := []string{"start herd.load", "end herd.load"}; fmt.Sprint(traced.spans) != fmt.Sprint(want) {
+		t.Errorf("spans %v, want %v", traced.spans, want)
+	}
+}

@@ -1,0 +1,766 @@
+// Package redisstore keeps a herd cache's remote tier in Redis: envelopes, fenced leases and change notices, on a single node, behind Sentinel or on a Cluster.
+//
+// Each cache key has three Redis keys that share one Cluster hash slot: the
+// envelope (<prefix>{<tag>}:<key>:v), the lease token (…:l) and the fence
+// counter (…:f). Every change runs as one Lua script, so it is atomic.
+// Acquire judges a value's freshness by the server's clock (TIME) against
+// the soft expiry a replica wrote by its own clock: keep the clocks in sync.
+// Change and completion notices go out with classic PUBLISH on
+// <prefix>events, which reaches subscribers on every node of a Cluster.
+//
+// Redis settings. Fence keys have no TTL and must never be evicted: an
+// evicted fence restarts at zero and lets an old write through. Use the
+// maxmemory-policy noeviction, or a volatile-* policy (volatile-lru,
+// volatile-lfu, volatile-random, volatile-ttl), which evicts only keys with a
+// TTL; not an allkeys-* policy.
+//
+// Limits. Fencing holds as long as the primary keeps the writes it
+// acknowledged. Replication is asynchronous: after a failover to a replica
+// that had not received the latest INCR, or a restart without persistence,
+// fences can go back, and a load that began before the loss may then write
+// its value over a newer one. Run Redis with persistence (appendonly yes)
+// where that matters; min-replicas-to-write narrows the failover window but
+// does not close it. Notices can be lost (a dropped connection, a slow
+// subscriber): once the subscription reconnects, subscribers are told to
+// drop everything and Wait-ers wake to re-read, and the cache's NearTTL
+// bounds the staleness in between.
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/internal/keyspace"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix  = "herd:"
+	DefaultTimeout = 250 * time.Millisecond
+)
+
+// subscribeQueue is how many notices a subscription queues for a slow fn
+// before it replaces them with one ("", 0) notice: drop everything.
+const subscribeQueue = 1024
+
+// ErrClosed is returned, wrapped, by calls on a Remote after Close.
+var ErrClosed = errors.New("redisstore: closed")
+
+// Options configures a Remote.
+type Options struct {
+	// Client talks to Redis: a single node (*redis.Client), a Sentinel-backed
+	// failover client, or a Cluster (*redis.ClusterClient). It is required,
+	// and must honour context deadlines on the socket (ContextTimeoutEnabled,
+	// which [NewClient] sets): New checks it for *redis.Client and
+	// *redis.ClusterClient and trusts any other UniversalClient to do so. A
+	// *redis.Ring is refused: its shards do not share pub/sub, so notices
+	// would be lost. The Remote never closes the Client.
+	Client redis.UniversalClient
+	// Prefix starts every Redis key and the channel name, so that several
+	// caches can share one Redis. Empty means DefaultPrefix ("herd:"). It
+	// must hold no '{' or '}': those would change the Cluster hash slot.
+	Prefix string
+	// Timeout is the deadline of each Redis call, within the caller's own.
+	// Zero means DefaultTimeout (250ms); it must not be negative.
+	Timeout time.Duration
+}
+
+// NewClient returns a client for o, like redis.NewUniversalClient, with
+// ContextTimeoutEnabled set so that Redis calls end at their deadlines. It
+// does not change o; a nil o means the zero options (one node at
+// localhost:6379).
+func NewClient(o *redis.UniversalOptions) redis.UniversalClient {
+	var c redis.UniversalOptions
+	if o != nil {
+		c = *o
+	}
+	c.ContextTimeoutEnabled = true
+	return redis.NewUniversalClient(&c)
+}
+
+// Remote is a remote tier in Redis. It implements [herd.Store], [herd.Lease]
+// and [herd.Notifier] and is safe for concurrent use. Make it with [New] and
+// stop it with Close.
+type Remote struct {
+	client  redis.UniversalClient
+	space   keyspace.Space
+	channel string
+	timeout time.Duration
+	// id marks the completions this Remote announces (originLen hex digits):
+	// Release wakes this Remote's Wait-ers itself, so their echo on the
+	// channel is not counted a second time.
+	id string
+
+	// pubsub is the one subscription to channel that feeds Subscribe and
+	// Wait; listen reads it until Close closes it, then closes listening.
+	pubsub    *redis.PubSub
+	listening chan struct{}
+
+	// closed is set by Close, under mu, before it wakes the Wait-ers.
+	closed atomic.Bool
+
+	mu sync.Mutex
+	// ready is closed by the first subscription confirmation if New is still
+	// waiting for it (started unset).
+	ready chan struct{}
+	// confirmed is set by the first subscription confirmation; any later one
+	// is a reconnection, after which notices may have been lost.
+	confirmed bool
+	// started is set when New stops waiting for the first confirmation: a
+	// confirmation that comes later may also follow lost notices.
+	started bool
+	// waits holds the current generation of each key that has Wait-ers; a
+	// completion notice closes its channel and removes it.
+	waits map[string]*generation
+	// subs holds the subscriptions that have not been stopped.
+	subs map[*subscription]struct{}
+
+	// onWait, when non-nil, is called by Wait once it is registered to be
+	// woken; tests set it to know when to announce.
+	onWait func(key string)
+}
+
+// generation is what Wait-ers of one key block on until the next completion.
+type generation struct {
+	// ch is closed by the notice that ends this generation.
+	ch chan struct{}
+	// n counts the Wait calls blocked on ch; the last one to give up removes
+	// the generation from Remote.waits, so abandoned waits leave nothing behind.
+	n int
+}
+
+var (
+	_ herd.Store    = (*Remote)(nil)
+	_ herd.Lease    = (*Remote)(nil)
+	_ herd.Notifier = (*Remote)(nil)
+)
+
+// New returns a Remote over o.Client and subscribes it to the notice
+// channel. It waits up to o.Timeout for the subscription to be confirmed; if
+// Redis cannot be reached it returns a working Remote all the same, whose
+// calls fail until Redis answers and whose subscription starts once it does.
+// Invalid options give an error prefixed "redisstore: ".
+func New(o Options) (*Remote, error) {
+	if err := checkClient(o.Client); err != nil {
+		return nil, err
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if i := strings.IndexAny(prefix, "{}"); i >= 0 {
+		return nil, fmt.Errorf("redisstore: Prefix %q holds %q at byte %d; braces would change the Redis Cluster hash slot", prefix, prefix[i], i)
+	}
+	space, err := keyspace.New(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	timeout := o.Timeout
+	switch {
+	case timeout < 0:
+		return nil, fmt.Errorf("redisstore: Timeout %v is negative", timeout)
+	case timeout == 0:
+		timeout = DefaultTimeout
+	}
+
+	r := &Remote{
+		client:    o.Client,
+		space:     space,
+		channel:   space.Channel(),
+		timeout:   timeout,
+		id:        newToken()[:originLen],
+		listening: make(chan struct{}),
+		ready:     make(chan struct{}),
+		waits:     make(map[string]*generation),
+		subs:      make(map[*subscription]struct{}),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	// A failed SUBSCRIBE is retried by the PubSub's own reconnection loop.
+	r.pubsub = o.Client.Subscribe(ctx, r.channel)
+	go r.listen(r.pubsub.ChannelWithSubscriptions(redis.WithChannelSize(subscribeQueue)))
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	r.started = true
+	r.mu.Unlock()
+	return r, nil
+}
+
+// checkClient refuses a client that would ignore context deadlines, or whose
+// pub/sub would not reach every key's notices.
+func checkClient(c redis.UniversalClient) error {
+	var enabled bool
+	switch c := c.(type) {
+	case nil:
+		return errors.New("redisstore: Options.Client is nil")
+	case *redis.Client:
+		if c == nil {
+			return errors.New("redisstore: Options.Client is a nil *redis.Client")
+		}
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		if c == nil {
+			return errors.New("redisstore: Options.Client is a nil *redis.ClusterClient")
+		}
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return errors.New("redisstore: Options.Client is a *redis.Ring, which is not supported: its shards do not share pub/sub, so notices would be lost; use a Cluster")
+	default:
+		return nil
+	}
+	if !enabled {
+		return errors.New("redisstore: Client must have ContextTimeoutEnabled set, or Redis calls ignore their deadlines; build it with redisstore.NewClient or set the option")
+	}
+	return nil
+}
+
+// Scripts, each prefixed with the envelope layout and the shared functions
+// of lib.lua.
+var (
+	acquireScript    = script("acquire")
+	writeScript      = script("write")
+	setScript        = script("set")
+	invalidateScript = script("invalidate")
+	extendScript     = script("extend")
+	releaseScript    = script("release")
+)
+
+//go:embed scripts/*.lua
+var scripts embed.FS
+
+func script(name string) *redis.Script {
+	prelude := fmt.Sprintf("local VERSION, SOFT, FENCE, HEADER, MAXFENCE = %d, %d, %d, %d, %d\n",
+		envelope.Version, envelope.SoftOffset, envelope.FenceOffset, envelope.HeaderSize, uint64(envelope.MaxFence))
+	return redis.NewScript(prelude + embedded("lib") + embedded(name))
+}
+
+func embedded(name string) string {
+	b, err := scripts.ReadFile("scripts/" + name + ".lua")
+	if err != nil {
+		panic(err) // the file is embedded: only a build without it gets here
+	}
+	return string(b)
+}
+
+// Load returns the envelope stored under key with one GET, or nil when there
+// is none. It does not check the bytes: the cache decodes them.
+func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
+	if err := r.check("load", key); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	b, err := r.client.Get(ctx, r.space.Names(key).Value).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	case err != nil:
+		return nil, fail("load", key, err)
+	}
+	return b, nil
+}
+
+// Write stores env, its fence field set to fence, under key for ttl if fence
+// is key's current fence (zero for a key never fenced), announces the change
+// and reports whether it wrote. An env that does not decode is an error and
+// changes nothing.
+func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration) (bool, error) {
+	ms, err := r.prepare("write", key, env, ttl)
+	if err != nil {
+		return false, err
+	}
+	if fence > envelope.MaxFence {
+		return false, nil // no key's fence gets there
+	}
+	n := r.space.Names(key)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	wrote, err := writeScript.Run(ctx, r.client, []string{n.Value, n.Fence},
+		strconv.FormatUint(fence, 10), ms, env, r.channel, key).Int64()
+	if err != nil {
+		return false, fail("write", key, err)
+	}
+	return wrote == 1, nil
+}
+
+// Set advances key's fence, stores env under the new fence for ttl, announces
+// the change and returns the new fence. An env that does not decode is an
+// error and changes nothing, the fence included.
+func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Duration) (uint64, error) {
+	ms, err := r.prepare("set", key, env, ttl)
+	if err != nil {
+		return 0, err
+	}
+	n := r.space.Names(key)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	fence, err := setScript.Run(ctx, r.client, []string{n.Value, n.Fence}, ms, env, r.channel, key).Int64()
+	if err != nil {
+		return 0, fail("set", key, err)
+	}
+	return uint64(fence), nil
+}
+
+// Invalidate advances key's fence, deletes its value and announces the
+// change under the new fence.
+func (r *Remote) Invalidate(ctx context.Context, key string) error {
+	if err := r.check("invalidate", key); err != nil {
+		return err
+	}
+	n := r.space.Names(key)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if err := invalidateScript.Run(ctx, r.client, []string{n.Value, n.Fence}, r.channel, key).Err(); err != nil {
+		return fail("invalidate", key, err)
+	}
+	return nil
+}
+
+// Acquire returns key's envelope if it has a whole header of a known version
+// and its soft expiry is later than both the server's clock and after;
+// otherwise how long the current lease has left if one is held; otherwise it
+// takes the lease for ttl under a new random token and advances the fence.
+func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+	if err := r.check("acquire", key); err != nil {
+		return herd.Grant{}, err
+	}
+	ms, err := millis("acquire", key, ttl)
+	if err != nil {
+		return herd.Grant{}, err
+	}
+	afterMs := max(after.UnixMilli(), 0) // every stored soft expiry is ≥ 0
+	token := newToken()
+	n := r.space.Names(key)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs).Slice()
+	if err != nil {
+		return herd.Grant{}, fail("acquire", key, err)
+	}
+	if len(res) == 2 {
+		switch kind, _ := res[0].(int64); kind {
+		case 1:
+			if v, ok := res[1].(string); ok {
+				return herd.Grant{Value: []byte(v)}, nil
+			}
+		case 2:
+			if f, ok := res[1].(int64); ok && f > 0 {
+				return herd.Grant{Token: token, Fence: uint64(f)}, nil
+			}
+		case 3:
+			if left, ok := res[1].(int64); ok && left > 0 {
+				return herd.Grant{HeldFor: time.Duration(left) * time.Millisecond}, nil
+			}
+		}
+	}
+	return herd.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+}
+
+// Extend pushes key's lease expiry to ttl from now if token still holds it,
+// and reports whether it did.
+func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if err := r.check("extend", key); err != nil {
+		return false, err
+	}
+	ms, err := millis("extend", key, ttl)
+	if err != nil {
+		return false, err
+	}
+	if token == "" {
+		return false, nil // no lease holds the empty token
+	}
+	n := r.space.Names(key)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	ok, err := extendScript.Run(ctx, r.client, []string{n.Lease}, token, ms).Int64()
+	if err != nil {
+		return false, fail("extend", key, err)
+	}
+	return ok == 1, nil
+}
+
+// Release drops key's lease if token still holds it, and in any case
+// announces that key's load has completed: to this Remote's Wait-ers before
+// it returns, to other Remotes' through the channel.
+func (r *Remote) Release(ctx context.Context, key, token string) error {
+	if err := r.check("release", key); err != nil {
+		return err
+	}
+	n := r.space.Names(key)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if err := releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.channel, r.id, key).Err(); err != nil {
+		return fail("release", key, err)
+	}
+	r.mu.Lock()
+	r.wake(key)
+	r.mu.Unlock()
+	return nil
+}
+
+// Wait blocks until a completion for key is announced after it was called,
+// or the subscription reconnects (announcements may have been lost
+// meanwhile), or ctx ends or the Remote is closed; the last two return an
+// error. It makes no Redis call.
+//
+// A completion announced by this Remote's Release counts when Release
+// returns; one announced by another Remote counts when its notice reaches
+// this Remote, so one announced just before Wait was called may still end
+// it.
+func (r *Remote) Wait(ctx context.Context, key string) error {
+	if err := r.check("wait", key); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if r.closed.Load() {
+		r.mu.Unlock()
+		return fmt.Errorf("redisstore: wait %q: %w", key, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("redisstore: wait %q: %w", key, err)
+	}
+	g := r.waits[key]
+	if g == nil {
+		g = &generation{ch: make(chan struct{})}
+		r.waits[key] = g
+	}
+	g.n++
+	hook := r.onWait
+	r.mu.Unlock()
+	if hook != nil {
+		hook(key)
+	}
+
+	select {
+	case <-g.ch:
+		if r.closed.Load() {
+			return fmt.Errorf("redisstore: wait %q: %w", key, ErrClosed)
+		}
+		return nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		g.n--
+		if g.n == 0 && r.waits[key] == g {
+			delete(r.waits, key)
+		}
+		return fmt.Errorf("redisstore: wait %q: %w", key, ctx.Err())
+	}
+}
+
+// Subscribe calls fn, on one goroutine per subscription and in order, with
+// each key that any Remote on the same Redis and prefix wrote, set or
+// invalidated (refused writes are not announced) and the fence of that
+// change, until stop is called. After the shared subscription reconnects,
+// fn gets ("", 0): notices may have been lost, drop everything. Notices are
+// never waited for: each subscription queues up to 1024 of them, and when a
+// slow fn lets the queue fill, the queued notices are replaced by a single
+// ("", 0).
+//
+// stop drops the notices still queued, waits until fn has returned and the
+// goroutine has exited, and may be called more than once; it must not be
+// called from fn. After Close, Subscribe starts nothing and fn is never
+// called.
+func (r *Remote) Subscribe(fn func(key string, fence uint64)) (stop func()) {
+	s := &subscription{
+		fn:   fn,
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	r.mu.Lock()
+	if r.closed.Load() {
+		r.mu.Unlock()
+		return func() {}
+	}
+	r.subs[s] = struct{}{}
+	r.mu.Unlock()
+	go s.run()
+	return func() {
+		r.mu.Lock()
+		delete(r.subs, s)
+		r.mu.Unlock()
+		s.stop()
+	}
+}
+
+// Close ends the subscription and its goroutine, stops every Subscribe
+// goroutine and wakes every Wait with ErrClosed. Later calls return an error
+// wrapping ErrClosed. It does not close the Client. Close may be called more
+// than once; it must not be called from a Subscribe fn.
+func (r *Remote) Close() error {
+	r.mu.Lock()
+	if r.closed.Swap(true) {
+		r.mu.Unlock()
+		<-r.listening
+		return nil
+	}
+	for key, g := range r.waits {
+		close(g.ch)
+		delete(r.waits, key)
+	}
+	subs := r.subs
+	r.subs = make(map[*subscription]struct{})
+	r.mu.Unlock()
+
+	for s := range subs {
+		s.stop()
+	}
+	err := r.pubsub.Close()
+	<-r.listening
+	if err != nil {
+		return fmt.Errorf("redisstore: close: %w", err)
+	}
+	return nil
+}
+
+// listen hands the subscription's messages on until the PubSub is closed.
+func (r *Remote) listen(ch <-chan any) {
+	defer close(r.listening)
+	for m := range ch {
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				r.subscribed()
+			}
+		case *redis.Message:
+			r.dispatch(m.Payload)
+		}
+	}
+}
+
+// subscribed handles a confirmation of the subscription. Every one but the
+// initial one that New waits for follows a time without a subscription, in
+// which notices may have been lost: subscribers drop everything, Wait-ers
+// wake to re-read.
+func (r *Remote) subscribed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.confirmed && !r.started {
+		r.confirmed = true
+		close(r.ready)
+		return
+	}
+	r.confirmed = true
+	for s := range r.subs {
+		s.push(notice{})
+	}
+	for key, g := range r.waits {
+		close(g.ch)
+		delete(r.waits, key)
+	}
+}
+
+// dispatch handles one notice from the channel; it ignores what it cannot
+// parse.
+func (r *Remote) dispatch(payload string) {
+	m, ok := parseNotice(payload)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch m.kind {
+	case changeNotice:
+		for s := range r.subs {
+			s.push(notice{m.key, m.fence})
+		}
+	case doneNotice:
+		if m.origin != r.id { // Release woke this Remote's own Wait-ers
+			r.wake(m.key)
+		}
+	}
+}
+
+// wake ends the current generation of key's Wait-ers. r.mu is held.
+func (r *Remote) wake(key string) {
+	if g := r.waits[key]; g != nil {
+		close(g.ch)
+		delete(r.waits, key)
+	}
+}
+
+// Kinds of message, their first byte on the channel.
+const (
+	changeNotice = 'c' // "c<fence>:<key>": key changed under fence
+	doneNotice   = 'd' // "d<origin><key>": key's load completed
+)
+
+// originLen is the length of a Remote's id in completion notices.
+const originLen = 16
+
+// message is a parsed message from the channel.
+type message struct {
+	kind   byte
+	origin string // the announcing Remote's id; completions only
+	key    string // never empty
+	fence  uint64 // changes only
+}
+
+// parseNotice parses a message from the channel, as the scripts format it.
+// The key is the rest of the message after the first ':' of a change, or
+// after the fixed-length origin of a completion, so it may hold any bytes.
+func parseNotice(p string) (message, bool) {
+	if p == "" {
+		return message{}, false
+	}
+	switch p[0] {
+	case changeNotice:
+		i := strings.IndexByte(p, ':')
+		if i < 2 || i == len(p)-1 || p[1] == '0' && i > 2 { // canonical digits only
+			return message{}, false
+		}
+		f, err := strconv.ParseUint(p[1:i], 10, 64)
+		if err != nil || f > envelope.MaxFence {
+			return message{}, false
+		}
+		return message{kind: changeNotice, key: p[i+1:], fence: f}, true
+	case doneNotice:
+		if len(p) <= 1+originLen {
+			return message{}, false
+		}
+		return message{kind: doneNotice, origin: p[1 : 1+originLen], key: p[1+originLen:]}, true
+	}
+	return message{}, false
+}
+
+// check refuses a call with an empty key, or on a closed Remote.
+func (r *Remote) check(op, key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("redisstore: %s: empty key", op)
+	case r.closed.Load():
+		return fmt.Errorf("redisstore: %s %q: %w", op, key, ErrClosed)
+	}
+	return nil
+}
+
+// prepare checks a write's arguments and returns its ttl in milliseconds.
+func (r *Remote) prepare(op, key string, env []byte, ttl time.Duration) (int64, error) {
+	if err := r.check(op, key); err != nil {
+		return 0, err
+	}
+	ms, err := millis(op, key, ttl)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := envelope.Decode(env); err != nil {
+		return 0, fmt.Errorf("redisstore: %s %q: %w", op, key, err)
+	}
+	return ms, nil
+}
+
+// millis returns ttl in whole milliseconds, rounded up (Redis expiries are in
+// milliseconds), or an error if ttl is not positive.
+func millis(op, key string, ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("redisstore: %s %q: ttl %v is not positive", op, key, ttl)
+	}
+	ms := ttl / time.Millisecond
+	if ttl%time.Millisecond != 0 {
+		ms++
+	}
+	return int64(ms), nil
+}
+
+func fail(op, key string, err error) error {
+	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
+}
+
+// newToken returns a lease token: 16 random bytes in hex.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails; it crashes the program instead
+	return hex.EncodeToString(b[:])
+}
+
+// notice is one change announced to subscribers; the zero notice means
+// "drop everything".
+type notice struct {
+	key   string
+	fence uint64
+}
+
+// subscription is one Subscribe call's queue and goroutine.
+type subscription struct {
+	fn   func(key string, fence uint64)
+	wake chan struct{} // holds a token when queue may be non-empty
+	quit chan struct{} // closed by stop
+	done chan struct{} // closed when run has returned
+	once sync.Once
+
+	mu sync.Mutex
+	// queue holds the notices not yet handed to fn, oldest first, never more
+	// than subscribeQueue of them.
+	queue []notice
+	// overflowed is set while queue is the single empty notice that replaced
+	// a full queue: it stands for every later change until fn takes it.
+	overflowed bool
+}
+
+// push queues n without blocking.
+func (s *subscription) push(n notice) {
+	s.mu.Lock()
+	switch {
+	case s.overflowed:
+	case len(s.queue) >= subscribeQueue:
+		s.queue = append(s.queue[:0], notice{})
+		s.overflowed = true
+	default:
+		s.queue = append(s.queue, n)
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends run and waits for it; it may be called more than once.
+func (s *subscription) stop() {
+	s.once.Do(func() { close(s.quit) })
+	<-s.done
+}
+
+// run hands queued notices to fn until quit is closed.
+func (s *subscription) run() {
+	defer close(s.done)
+	var batch []notice
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		batch, s.queue = s.queue, batch[:0]
+		s.overflowed = false
+		s.mu.Unlock()
+		for _, n := range batch {
+			select {
+			case <-s.quit:
+				return
+			default:
+			}
+			s.fn(n.key, n.fence)
+		}
+		clear(batch)
+	}
+}

@@ -1,0 +1,25 @@
+-- Acquire: a fresh value, else the lease and a new fence, else how long the
+-- current lease has left.
+-- KEYS[1] value, KEYS[2] lease, KEYS[3] fence
+-- ARGV[1] token, ARGV[2] lease ttl (ms), ARGV[3] after (Unix ms, >= 0)
+-- Returns {1, envelope} | {2, fence} | {3, lease ms left}.
+local v = redis.call('GET', KEYS[1])
+if v then
+  local s = soft(v)
+  if s and s > nowms() and s > tonumber(ARGV[3]) then
+    return {1, v}
+  end
+end
+local left = redis.call('PTTL', KEYS[2])
+if left ~= -2 then
+  if left < 1 then
+    left = 1 -- held without an expiry, or expiring this millisecond
+  end
+  return {3, left}
+end
+local fence, err = advance(KEYS[3])
+if not fence then
+  return redis.error_reply(err)
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return {2, fence}
