@@ -376,7 +376,7 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 			c.countStale(key)
 			c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
 		}
-		return c.served(e)
+		return e.result()
 	}
 }
 

@@ -818,10 +818,18 @@ func fleetStoreDownDegrades(t *testing.T, mod func(*herd.Options[int])) {
 				loads[0].Load()-before0, loads[1].Load()-before1)
 		}
 
-		// Back up: one load per expiry fleet-wide again.
+		// Back up: one load per expiry fleet-wide again. A breaker closes on
+		// the first call after its cool-down; let one read of another key
+		// make it (TestFleetBreakerProbeKeepsLease covers misses that
+		// arrive while that probe is in flight).
 		r.SetDown(nil)
 		for v := 20; v < 22; v++ {
 			time.Sleep(fleetHard + time.Second)
+			if v == 20 {
+				for _, c := range cs {
+					fleetMustGet(t, c, "other", fleetValue(0), 0)
+				}
+			}
 			n, rs = storm(v)
 			for _, res := range rs {
 				if res.err != nil || res.v != v {
@@ -830,6 +838,94 @@ func fleetStoreDownDegrades(t *testing.T, mod func(*herd.Options[int])) {
 			}
 			if s := sum(n); s != 1 {
 				t.Errorf("recovered: %d loads fleet-wide for one expiry, want 1", s)
+			}
+		}
+	})
+}
+
+// fleetGatedStore is a Store whose Load, once armed, waits until the gate
+// is opened.
+type fleetGatedStore struct {
+	herd.Store
+	mu   sync.Mutex
+	gate chan struct{} // nil: Load does not wait
+}
+
+func (s *fleetGatedStore) arm() (open func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := make(chan struct{})
+	s.gate = g
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		s.gate = nil
+		s.mu.Unlock()
+		close(g)
+	})
+}
+
+func (s *fleetGatedStore) Load(ctx context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	g := s.gate
+	s.mu.Unlock()
+	if g != nil {
+		<-g
+	}
+	return s.Store.Load(ctx, key)
+}
+
+// Misses that arrive while a half-open breaker's probe is in flight still go
+// through the lease once the probe succeeds: the remote is back, so the fleet
+// loads once, not once per replica (or more) on top.
+func TestFleetBreakerProbeKeepsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		stores := []*fleetGatedStore{{Store: r}, {Store: r}}
+		cs := make([]*herd.Cache[int], len(stores))
+		for i, s := range stores {
+			cs[i] = fleetReplica(t, r, func(o *herd.Options[int]) {
+				o.Store = s
+				o.BreakerThreshold = 1
+				o.BreakerCooldown = time.Second
+			})
+		}
+		r.SetDown(errors.New("down"))
+		for _, c := range cs {
+			fleetMustGet(t, c, "k", fleetValue(1), 1) // trips the breaker, loads locally
+			if !c.Stats().Degraded {
+				t.Fatal("the breaker did not open")
+			}
+		}
+		r.SetDown(nil)
+		time.Sleep(fleetHard + time.Second) // past the cool-down and every expiry
+
+		var loads atomic.Int64
+		load := func(context.Context) (int, error) {
+			loads.Add(1)
+			return 2, nil
+		}
+		var results []<-chan fleetResult
+		for _, s := range stores {
+			open := s.arm()
+			t.Cleanup(open)
+			for range 3 { // the first call probes; the others arrive during the probe
+				results = append(results, fleetGetAsync(t.Context(), cs[len(results)/3], "k", load))
+				synctest.Wait()
+			}
+			open()
+			synctest.Wait()
+		}
+		for _, ch := range results {
+			if res := <-ch; res.err != nil || res.v != 2 {
+				t.Errorf("Get = %d, %v; want 2, nil", res.v, res.err)
+			}
+		}
+		if n := loads.Load(); n != 1 {
+			t.Errorf("%d loads after the remote came back, want 1 fleet-wide", n)
+		}
+		for i, c := range cs {
+			if c.Stats().Degraded {
+				t.Errorf("replica %d's breaker is still open", i)
 			}
 		}
 	})

@@ -42,7 +42,7 @@ type replica struct {
 
 // fleet starts n replicas, each with its own client from newClient and its
 // own Remote, sharing one key prefix.
-func fleet(t *testing.T, n int, newClient func() redis.UniversalClient, tune func(*herd.Options[string])) []*replica {
+func fleet(t testing.TB, n int, newClient func() redis.UniversalClient, tune func(*herd.Options[string])) []*replica {
 	t.Helper()
 	prefix := fmt.Sprintf("fleet:%s:", t.Name())
 	rs := make([]*replica, n)
