@@ -41,6 +41,11 @@ func (b *breaker) open() bool {
 	return b.state.Load() != breakerClosed
 }
 
+// probeDue reports whether an open breaker would let a probe through now.
+func (b *breaker) probeDue() bool {
+	return b.state.Load() == breakerOpen && nowNano() >= b.retryAt.Load()
+}
+
 // allow reports whether a remote call may be made now; when it returns true
 // the call's outcome must be passed to record.
 func (b *breaker) allow() bool {

@@ -282,9 +282,10 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 
 // trusted reports whether a local entry may be served without asking the
 // Store: there is none, the entry is within NearTTL and no notice may have
-// been missed since it was put, or the breaker is open.
+// been missed since it was put, or the breaker is open and not yet due for a
+// probe (a due probe goes through the flight, which the other readers join).
 func (c *Cache[V]) trusted(e *entry[V], now int64) bool {
-	return c.cfg.Store == nil || now < e.near && e.born > c.trustFloor.Load() || c.brk.open()
+	return c.cfg.Store == nil || now < e.near && e.born > c.trustFloor.Load() || c.brk.open() && !c.brk.probeDue()
 }
 
 // remoteDone records the outcome of a remote call for the breaker and the stats.
@@ -385,8 +386,8 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 // remote hit costs one read). It returns nil when the caller must go on to
 // the flight: no Store, breaker open, nothing usable stored.
 func (c *Cache[V]) readRemote(ctx context.Context, key string, co callOpts) *entry[V] {
-	if c.cfg.Store == nil || !c.brk.allow() {
-		return nil
+	if c.cfg.Store == nil || c.brk.open() {
+		return nil // a half-open breaker's probe is made inside the flight
 	}
 	gen := c.gens.get(key)
 	env, err := c.cfg.Store.Load(ctx, key)
@@ -784,7 +785,8 @@ func (c *Cache[V]) noticed(key string, fence uint64) {
 }
 
 // Set stores v under key in both tiers with the configured TTLs (jittered),
-// fencing out every load of key that began before it.
+// fencing out every load of key that began before it: in this process
+// always, on other replicas when the cache has a Lease.
 func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -826,11 +828,12 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 }
 
 // Invalidate drops key from both tiers. A load of key running now cannot
-// write its value back, and the next Get starts a new load; callers that had
-// already joined the running load may still receive its value. With a Store,
-// other replicas drop their copies on the change notice, or within NearTTL if
-// the notice is lost. When the Store cannot be reached, the local copy is
-// dropped and the error wraps [ErrDegraded].
+// write its value back (with a Store, a load running on another replica is
+// fenced out only when the cache has a Lease), and the next Get starts a new
+// load; callers that had already joined the running load may still receive
+// its value. With a Store, other replicas drop their copies on the change
+// notice, or within NearTTL if the notice is lost. When the Store cannot be
+// reached, the local copy is dropped and the error wraps [ErrDegraded].
 func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
 	if c.closed.Load() {
 		return ErrClosed

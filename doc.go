@@ -21,9 +21,10 @@
 //
 //   - After Set or Invalidate on a replica, that replica's next Get returns
 //     the new value (or loads one). A load that began before the Set or
-//     Invalidate never writes its value into either tier afterwards (the
-//     local generation and the remote fence refuse it); callers that had
-//     already joined that load may still receive its value.
+//     Invalidate never writes its value into either tier afterwards: the
+//     local generation refuses it in this process and, with a [Lease], the
+//     remote fence on every replica. Callers that had already joined that
+//     load may still receive its value.
 //   - Other replicas drop their local copy when the change notice reaches
 //     them; since notices can be lost, a replica may serve its old copy for
 //     at most [Options.NearTTL] after the change (plus, if that copy is

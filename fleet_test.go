@@ -574,37 +574,6 @@ func TestFleetFencing(t *testing.T) {
 	}
 }
 
-// Without a Lease, Set and Invalidate must still fence out a load that
-// began before them on another replica: Invalidate promises that "a load of
-// key running now cannot write its value back", Set that it fences out
-// "every load of key that began before it".
-func TestFleetFencingWithoutLease(t *testing.T) {
-	noLease := func(o *herd.Options[int]) { o.Lease = nil }
-	for _, tt := range []struct {
-		name   string
-		change func(ctx context.Context, b *herd.Cache[int]) error
-		want   int // what a fresh replica then gets; 3 is its own load
-	}{
-		{"Set", func(ctx context.Context, b *herd.Cache[int]) error { return b.Set(ctx, "k", 2) }, 2},
-		{"Invalidate", func(ctx context.Context, b *herd.Cache[int]) error { return b.Invalidate(ctx, "k") }, 3},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := memory.New()
-				a, b := fleetReplica(t, r, noLease), fleetReplica(t, r, noLease)
-				release, resA := fleetHold(t, a, "k", 1)
-				if err := tt.change(t.Context(), b); err != nil {
-					t.Fatal(err)
-				}
-				release()
-				<-resA
-				synctest.Wait()
-				fleetMustGet(t, fleetReplica(t, r, noLease), "k", fleetValue(3), tt.want)
-			})
-		})
-	}
-}
-
 // 4. Near-cache.
 
 func TestFleetNearCacheDropsOnNotice(t *testing.T) {

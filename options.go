@@ -98,9 +98,12 @@ type Options[V any] struct {
 	// Zero means no near-cache: every read goes to the Store.
 	NearTTL time.Duration
 
-	// Lease makes a miss load once per fleet instead of once per replica. Nil
-	// means no lease (each replica loads once per key, in-process coalescing
-	// only). A Lease needs a Store.
+	// Lease makes a miss load once per fleet instead of once per replica, and
+	// fences the Store: a load that began before a Set or Invalidate on any
+	// replica cannot write its value afterwards. Nil means no lease: each
+	// replica loads once per key (in-process coalescing only), and its writes
+	// to the Store are not fenced against other replicas' Set and Invalidate.
+	// A Lease needs a Store.
 	Lease Lease
 	// LeaseTTL is how long a lease lasts without extension; while a load runs
 	// its holder extends it every LeaseTTL/3. Required with a Lease.
