@@ -142,7 +142,7 @@ type Options[V any] struct {
 	DisableStats bool
 	// HotKeys is how many of the keys with the most traffic Stats reports,
 	// with their misses, loads and stale serves, tracked in memory bounded by
-	// 10×HotKeys counters (hits sampled 1 in 64). Zero means none.
+	// 10×HotKeys counters (hits sampled 1 in 256). Zero means none.
 	HotKeys int
 	// HotKeyNames makes Stats report hot keys in full. Keys may hold personal
 	// data, so by default a hot key is reported as its namespace and a short

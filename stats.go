@@ -1,9 +1,9 @@
 package herd
 
 import (
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/herdcache/herd/internal/topk"
 	"github.com/herdcache/herd/limiter"
@@ -52,7 +52,7 @@ type Stats struct {
 	// cache that uses it; zero without a limiter.
 	Limiter LimiterStats
 
-	// HotKeys are the keys with the most traffic (hits sampled 1 in 64, plus
+	// HotKeys are the keys with the most traffic (hits sampled 1 in 256, plus
 	// misses and stale serves), most first, at most Options.HotKeys of them.
 	HotKeys []HotKey
 
@@ -151,11 +151,11 @@ func (c *Cache[V]) got(key string, r GetResult) {
 	switch r {
 	case ResultHit:
 		if !c.cfg.DisableStats {
-			// One draw picks the counter stripe and samples the hit for the
-			// hot-key tracker (1 in hitSample).
-			r := rand.Uint32()
-			c.st.hits.addAt(r, 1)
-			if c.top != nil && r>>(32-hitSampleBits) == 0 {
+			n := c.st.hits.add(1)
+			// One hit in 256 of a stripe, on average, is handed to the hot-key
+			// tracker; the Weyl-sequence test keeps a periodic access pattern
+			// from always sampling the same keys.
+			if c.top != nil && uint64(n)*golden>>(64-hitSampleBits) == 0 {
 				c.top.Add(key, topk.Counts{Traffic: 1 << hitSampleBits})
 			}
 		}
@@ -169,8 +169,8 @@ func (c *Cache[V]) got(key string, r GetResult) {
 	}
 }
 
-// hitSampleBits sets the hot-key tracker's sampling of hits: 1 in 64.
-const hitSampleBits = 6
+// hitSampleBits sets the hot-key tracker's sampling of hits: 1 in 256.
+const hitSampleBits = 8
 
 func (c *Cache[V]) countStale(key string) {
 	c.st.staleServed.add(1)
@@ -209,20 +209,28 @@ func (c *Cache[V]) shed(reason string, background bool) {
 	}
 }
 
-// stripedCounter is a counter that many goroutines can add to without
-// contending on one cache line.
+// stripedCounter is a counter that goroutines on many cores can add to
+// without contending on one cache line: each goroutine adds to the stripe its
+// stack address picks, which stays the same while it runs, so a stripe's line
+// stays in one core's cache. Two goroutines that share a stripe only slow
+// each other down. A shared random source or a sync.Pool of stripe tokens
+// cost several times more on the hit path.
 type stripedCounter struct {
-	stripes [8]struct {
+	stripes [16]struct {
 		n atomic.Int64
 		_ [56]byte
 	}
 }
 
-func (s *stripedCounter) add(n int64) { s.addAt(rand.Uint32(), n) }
+// golden is 2^64 divided by the golden ratio, for multiplicative hashing.
+const golden = 0x9E3779B97F4A7C15
 
-// addAt adds n to the stripe that the low bits of r pick.
-func (s *stripedCounter) addAt(r uint32, n int64) {
-	s.stripes[r%uint32(len(s.stripes))].n.Add(n)
+// add adds n to the calling goroutine's stripe and returns that stripe's new
+// count.
+func (s *stripedCounter) add(n int64) int64 {
+	var here byte
+	h := uint64(uintptr(unsafe.Pointer(&here))) >> 13 * golden // stacks are at least 8 KiB apart
+	return s.stripes[h>>60].n.Add(n)
 }
 
 func (s *stripedCounter) load() int64 {
