@@ -11,6 +11,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/internal/notify"
 )
 
 // subscribeQueue is how many notices a subscription queues for a slow fn
@@ -33,7 +34,7 @@ type Remote struct {
 	// announcement closes its channel and removes it.
 	waits map[string]*generation
 	// subs holds the subscriptions that have not been stopped.
-	subs  map[*subscription]struct{}
+	subs  map[*notify.Subscription]struct{}
 	stats Stats
 }
 
@@ -89,7 +90,7 @@ func New() *Remote {
 	return &Remote{
 		keys:  make(map[string]*entry),
 		waits: make(map[string]*generation),
-		subs:  make(map[*subscription]struct{}),
+		subs:  make(map[*notify.Subscription]struct{}),
 	}
 }
 
@@ -432,7 +433,7 @@ func (r *Remote) tidy(key string, e *entry) {
 // r.mu is held.
 func (r *Remote) notify(key string, fence uint64) {
 	for s := range r.subs {
-		s.push(notice{key, fence})
+		s.Push(notify.Notice{Key: key, Fence: fence})
 	}
 }
 
@@ -447,90 +448,14 @@ func (r *Remote) notify(key string, fence uint64) {
 // goroutine has exited, and may be called more than once; it must not be
 // called from fn.
 func (r *Remote) Subscribe(fn func(key string, fence uint64)) (stop func()) {
-	s := &subscription{
-		fn:   fn,
-		wake: make(chan struct{}, 1),
-		quit: make(chan struct{}),
-		done: make(chan struct{}),
-	}
+	s := notify.Start(fn, subscribeQueue)
 	r.mu.Lock()
 	r.subs[s] = struct{}{}
 	r.mu.Unlock()
-	go s.run()
-	var once sync.Once
 	return func() {
-		once.Do(func() {
-			r.mu.Lock()
-			delete(r.subs, s)
-			r.mu.Unlock()
-			close(s.quit)
-		})
-		<-s.done
-	}
-}
-
-// notice is one change announced to subscribers.
-type notice struct {
-	key   string
-	fence uint64
-}
-
-// subscription is one Subscribe call's queue and goroutine.
-type subscription struct {
-	fn   func(key string, fence uint64)
-	wake chan struct{} // holds a token when queue may be non-empty
-	quit chan struct{} // closed by stop
-	done chan struct{} // closed when run has returned
-
-	mu sync.Mutex
-	// queue holds the notices not yet handed to fn, oldest first, never more
-	// than subscribeQueue of them.
-	queue []notice
-	// overflowed is set while queue is the single empty notice that replaced
-	// a full queue: it stands for every later change until fn takes it.
-	overflowed bool
-}
-
-// push queues n without blocking.
-func (s *subscription) push(n notice) {
-	s.mu.Lock()
-	switch {
-	case s.overflowed:
-	case len(s.queue) >= subscribeQueue:
-		s.queue = append(s.queue[:0], notice{})
-		s.overflowed = true
-	default:
-		s.queue = append(s.queue, n)
-	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run hands queued notices to fn until quit is closed.
-func (s *subscription) run() {
-	defer close(s.done)
-	var batch []notice
-	for {
-		select {
-		case <-s.quit:
-			return
-		case <-s.wake:
-		}
-		s.mu.Lock()
-		batch, s.queue = s.queue, batch[:0]
-		s.overflowed = false
-		s.mu.Unlock()
-		for _, n := range batch {
-			select {
-			case <-s.quit:
-				return
-			default:
-			}
-			s.fn(n.key, n.fence)
-		}
-		clear(batch)
+		r.mu.Lock()
+		delete(r.subs, s)
+		r.mu.Unlock()
+		s.Stop()
 	}
 }

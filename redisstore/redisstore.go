@@ -44,6 +44,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/internal/keyspace"
+	"github.com/herdcache/herd/internal/notify"
 )
 
 // Defaults of Options.
@@ -126,7 +127,7 @@ type Remote struct {
 	// completion notice closes its channel and removes it.
 	waits map[string]*generation
 	// subs holds the subscriptions that have not been stopped.
-	subs map[*subscription]struct{}
+	subs map[*notify.Subscription]struct{}
 
 	// onWait, when non-nil, is called by Wait once it is registered to be
 	// woken; tests set it to know when to announce.
@@ -185,7 +186,7 @@ func New(o Options) (*Remote, error) {
 		listening: make(chan struct{}),
 		ready:     make(chan struct{}),
 		waits:     make(map[string]*generation),
-		subs:      make(map[*subscription]struct{}),
+		subs:      make(map[*notify.Subscription]struct{}),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -479,25 +480,19 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 // called from fn. After Close, Subscribe starts nothing and fn is never
 // called.
 func (r *Remote) Subscribe(fn func(key string, fence uint64)) (stop func()) {
-	s := &subscription{
-		fn:   fn,
-		wake: make(chan struct{}, 1),
-		quit: make(chan struct{}),
-		done: make(chan struct{}),
-	}
 	r.mu.Lock()
 	if r.closed.Load() {
 		r.mu.Unlock()
 		return func() {}
 	}
+	s := notify.Start(fn, subscribeQueue)
 	r.subs[s] = struct{}{}
 	r.mu.Unlock()
-	go s.run()
 	return func() {
 		r.mu.Lock()
 		delete(r.subs, s)
 		r.mu.Unlock()
-		s.stop()
+		s.Stop()
 	}
 }
 
@@ -517,11 +512,11 @@ func (r *Remote) Close() error {
 		delete(r.waits, key)
 	}
 	subs := r.subs
-	r.subs = make(map[*subscription]struct{})
+	r.subs = make(map[*notify.Subscription]struct{})
 	r.mu.Unlock()
 
 	for s := range subs {
-		s.stop()
+		s.Stop()
 	}
 	err := r.pubsub.Close()
 	<-r.listening
@@ -560,7 +555,7 @@ func (r *Remote) subscribed() {
 	}
 	r.confirmed = true
 	for s := range r.subs {
-		s.push(notice{})
+		s.Push(notify.Notice{})
 	}
 	for key, g := range r.waits {
 		close(g.ch)
@@ -580,7 +575,7 @@ func (r *Remote) dispatch(payload string) {
 	switch m.kind {
 	case changeNotice:
 		for s := range r.subs {
-			s.push(notice{m.key, m.fence})
+			s.Push(notify.Notice{Key: m.key, Fence: m.fence})
 		}
 	case doneNotice:
 		if m.origin != r.id { // Release woke this Remote's own Wait-ers
@@ -689,78 +684,4 @@ func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails; it crashes the program instead
 	return hex.EncodeToString(b[:])
-}
-
-// notice is one change announced to subscribers; the zero notice means
-// "drop everything".
-type notice struct {
-	key   string
-	fence uint64
-}
-
-// subscription is one Subscribe call's queue and goroutine.
-type subscription struct {
-	fn   func(key string, fence uint64)
-	wake chan struct{} // holds a token when queue may be non-empty
-	quit chan struct{} // closed by stop
-	done chan struct{} // closed when run has returned
-	once sync.Once
-
-	mu sync.Mutex
-	// queue holds the notices not yet handed to fn, oldest first, never more
-	// than subscribeQueue of them.
-	queue []notice
-	// overflowed is set while queue is the single empty notice that replaced
-	// a full queue: it stands for every later change until fn takes it.
-	overflowed bool
-}
-
-// push queues n without blocking.
-func (s *subscription) push(n notice) {
-	s.mu.Lock()
-	switch {
-	case s.overflowed:
-	case len(s.queue) >= subscribeQueue:
-		s.queue = append(s.queue[:0], notice{})
-		s.overflowed = true
-	default:
-		s.queue = append(s.queue, n)
-	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// stop ends run and waits for it; it may be called more than once.
-func (s *subscription) stop() {
-	s.once.Do(func() { close(s.quit) })
-	<-s.done
-}
-
-// run hands queued notices to fn until quit is closed.
-func (s *subscription) run() {
-	defer close(s.done)
-	var batch []notice
-	for {
-		select {
-		case <-s.quit:
-			return
-		case <-s.wake:
-		}
-		s.mu.Lock()
-		batch, s.queue = s.queue, batch[:0]
-		s.overflowed = false
-		s.mu.Unlock()
-		for _, n := range batch {
-			select {
-			case <-s.quit:
-				return
-			default:
-			}
-			s.fn(n.key, n.fence)
-		}
-		clear(batch)
-	}
 }

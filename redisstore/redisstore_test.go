@@ -14,6 +14,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/internal/keyspace"
+	"github.com/herdcache/herd/internal/notify"
 	"github.com/herdcache/herd/internal/redistest"
 	"github.com/herdcache/herd/storetest"
 )
@@ -396,22 +397,22 @@ func TestDeadline(t *testing.T) {
 }
 
 // subscribe returns what a new subscription of r is told until the test ends.
-func subscribe(t *testing.T, r *Remote) <-chan notice {
-	ch := make(chan notice, 1024)
-	stop := r.Subscribe(func(key string, fence uint64) { ch <- notice{key, fence} })
+func subscribe(t *testing.T, r *Remote) <-chan notify.Notice {
+	ch := make(chan notify.Notice, 1024)
+	stop := r.Subscribe(func(key string, fence uint64) { ch <- notify.Notice{Key: key, Fence: fence} })
 	t.Cleanup(stop)
 	return ch
 }
 
 // next returns the next notice, failing the test if none comes in time.
-func next(t *testing.T, ch <-chan notice) notice {
+func next(t *testing.T, ch <-chan notify.Notice) notify.Notice {
 	t.Helper()
 	select {
 	case n := <-ch:
 		return n
 	case <-time.After(deadline):
 		t.Fatalf("no notice within %v", deadline)
-		return notice{}
+		return notify.Notice{}
 	}
 }
 
@@ -435,7 +436,7 @@ func TestReconnect(t *testing.T) {
 
 	n.Kill()
 	n.Restart()
-	if got := next(t, notices); got != (notice{}) {
+	if got := next(t, notices); got != (notify.Notice{}) {
 		t.Fatalf("first notice after restart = %+v, want (\"\", 0)", got)
 	}
 	if err := <-waited; err != nil {
@@ -446,7 +447,7 @@ func TestReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Set after restart: %v", err)
 	}
-	if got := next(t, notices); got != (notice{"after", f}) {
+	if got := next(t, notices); got != (notify.Notice{Key: "after", Fence: f}) {
 		t.Fatalf("notice after restart = %+v, want {after %d}", got, f)
 	}
 }
@@ -510,13 +511,13 @@ func TestNoticesAnyKey(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Set(%q): %v", k, err)
 		}
-		if got := next(t, notices); got != (notice{k, f}) {
+		if got := next(t, notices); got != (notify.Notice{Key: k, Fence: f}) {
 			t.Fatalf("notice of Set(%q) = %+v, want fence %d", k, got, f)
 		}
 		if err := writer.Invalidate(ctx, k); err != nil {
 			t.Fatalf("Invalidate(%q): %v", k, err)
 		}
-		if got := next(t, notices); got != (notice{k, f + 1}) {
+		if got := next(t, notices); got != (notify.Notice{Key: k, Fence: f + 1}) {
 			t.Fatalf("notice of Invalidate(%q) = %+v, want fence %d", k, got, f+1)
 		}
 	}
@@ -525,7 +526,7 @@ func TestNoticesAnyKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Set under another prefix: %v", err)
 	}
-	if got := next(t, otherNotices); got != (notice{"mine", f}) {
+	if got := next(t, otherNotices); got != (notify.Notice{Key: "mine", Fence: f}) {
 		t.Fatalf("notice under another prefix = %+v", got)
 	}
 	select {
@@ -579,8 +580,8 @@ func TestClose(t *testing.T) {
 	}
 	registered := make(chan struct{}, 1)
 	r.onWait = func(string) { registered <- struct{}{} }
-	called := make(chan notice, 1)
-	r.Subscribe(func(key string, fence uint64) { called <- notice{key, fence} })
+	called := make(chan notify.Notice, 1)
+	r.Subscribe(func(key string, fence uint64) { called <- notify.Notice{Key: key, Fence: fence} })
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()
 	waited := make(chan error, 1)
@@ -602,7 +603,7 @@ func TestClose(t *testing.T) {
 	if _, err := r.Set(t.Context(), "k", fresh("v"), time.Minute); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Set after Close = %v, want ErrClosed", err)
 	}
-	r.Subscribe(func(key string, fence uint64) { called <- notice{key, fence} })()
+	r.Subscribe(func(key string, fence uint64) { called <- notify.Notice{Key: key, Fence: fence} })()
 	select {
 	case n := <-called:
 		t.Fatalf("a subscriber was called with %+v after Close", n)

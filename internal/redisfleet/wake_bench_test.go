@@ -15,6 +15,8 @@ import (
 	"github.com/herdcache/herd/internal/redistest"
 )
 
+var wakeKeys atomic.Int64
+
 // BenchmarkLoserWake measures how long a replica waiting for another
 // replica's load takes to get the value once that load returned: woken by
 // herd's completion notice (impl=push) against re-reading Redis every 50ms
@@ -28,8 +30,8 @@ func BenchmarkLoserWake(b *testing.B) {
 			a, l := rs[0], rs[1]
 			ctx := context.Background()
 			var delays []time.Duration
-			for i := 0; b.Loop(); i++ {
-				key := herd.Key("wake", impl, fmt.Sprint(i))
+			for b.Loop() {
+				key := herd.Key("wake", impl, fmt.Sprint(wakeKeys.Add(1))) // new in every run of the benchmark
 				entered, release := make(chan struct{}), make(chan struct{})
 				var returned atomic.Int64
 				done := make(chan error, 1)

@@ -44,7 +44,8 @@ type Server struct {
 	addr string
 	bin  string
 	args []string
-	// dir is the server's working directory, made by Start and removed by Stop.
+	// dir is the server's working directory, made by StartWith and removed
+	// by Stop.
 	dir string
 
 	mu sync.Mutex
@@ -84,29 +85,59 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// Options says how StartWith runs a server. A nil *Options runs the same
+// server as Start.
+type Options struct {
+	// Args are extra redis-server arguments, passed after the ones Start
+	// always passes, so they may override them; nil adds none. A relative
+	// path in them lies in the server's working directory, which keeps its
+	// files across Restart: "--cluster-config-file", "nodes.conf".
+	Args []string
+	// ClusterBus, when set, picks a port whose cluster bus port, port+10000,
+	// is also free, as a server run with "--cluster-enabled", "yes" needs.
+	// When false any free port will do.
+	ClusterBus bool
+}
+
 // Start runs `redis-server --port <free> --bind 127.0.0.1 --save ""
 // --appendonly no --dir <temporary directory>` and waits until it answers
 // PING. The caller must Stop it; on Linux the kernel also kills it if this
 // process dies first.
 func Start(ctx context.Context) (*Server, error) {
+	return StartWith(ctx, nil)
+}
+
+// StartWith is Start with the extra arguments and port choice of o. It does
+// not keep o.
+func StartWith(ctx context.Context, o *Options) (*Server, error) {
+	if o == nil {
+		o = &Options{}
+	}
 	bin, err := exec.LookPath(Binary)
 	if err != nil {
 		return nil, fmt.Errorf("redisproc: %s is not on PATH (install it, e.g. apt-get install redis-server): %w", Binary, err)
 	}
-	dir, err := os.MkdirTemp("", "herd-redis-")
-	if err != nil {
-		return nil, fmt.Errorf("redisproc: %w", err)
+	pick := freePort
+	if o.ClusterBus {
+		pick = func() (int, error) { return freeClusterPort(freePort) }
 	}
 	for range bindAttempts {
 		var port int
-		if port, err = freePort(); err != nil {
+		if port, err = pick(); err != nil {
+			break
+		}
+		// A fresh directory for each attempt, so that a server which
+		// failed to bind leaves no files (such as a cluster config) to
+		// the next one.
+		var dir string
+		if dir, err = os.MkdirTemp("", "herd-redis-"); err != nil {
 			break
 		}
 		s := &Server{
 			addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 			bin:  bin,
 			dir:  dir,
-			args: []string{
+			args: append([]string{
 				"--port", strconv.Itoa(port),
 				"--bind", "127.0.0.1",
 				"--save", "",
@@ -114,16 +145,16 @@ func Start(ctx context.Context) (*Server, error) {
 				"--dir", dir,
 				"--daemonize", "no",
 				"--logfile", "",
-			},
+			}, o.Args...),
 		}
 		if err = s.start(ctx); err == nil {
 			return s, nil
 		}
+		_ = os.RemoveAll(dir)
 		if !errors.Is(err, errAddrInUse) {
 			break
 		}
 	}
-	_ = os.RemoveAll(dir)
 	return nil, fmt.Errorf("redisproc: start %s: %w", Binary, err)
 }
 
@@ -168,6 +199,26 @@ func (s *Server) Restart(ctx context.Context) error {
 	return nil
 }
 
+// Pause freezes the server with SIGSTOP: the kernel still accepts
+// connections but nothing is answered, as with a server stuck in a long
+// pause. Kill, Restart and Stop work on a paused server.
+func (s *Server) Pause() error { return s.signal("pause", syscall.SIGSTOP) }
+
+// Resume lets a paused server run again with SIGCONT.
+func (s *Server) Resume() error { return s.signal("resume", syscall.SIGCONT) }
+
+func (s *Server) signal(verb string, sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return fmt.Errorf("redisproc: %s %s: server not running", verb, s.addr)
+	}
+	if err := s.proc.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("redisproc: %s %s: %w", verb, s.addr, err)
+	}
+	return nil
+}
+
 // Stop kills the server and removes its working directory. It may be called
 // more than once.
 func (s *Server) Stop() error {
@@ -192,6 +243,7 @@ func (s *Server) start(ctx context.Context) error {
 		exited: make(chan struct{}),
 		log:    &syncBuffer{},
 	}
+	p.cmd.Dir = s.dir
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{}
 	killWithParent(p.cmd.SysProcAttr)
@@ -264,6 +316,27 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freeClusterPort returns a port from pick whose cluster bus port,
+// port+10000, was also free a moment ago.
+func freeClusterPort(pick func() (int, error)) (int, error) {
+	for range 100 {
+		port, err := pick()
+		if err != nil {
+			return 0, err
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free port whose cluster bus port is also free")
 }
 
 // killWithParent asks the kernel to kill the server when this process dies,

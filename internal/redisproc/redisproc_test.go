@@ -3,7 +3,11 @@ package redisproc
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,18 +21,26 @@ func client(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
+// startServer starts a server as o says, within a context that also bounds
+// the rest of the test, and stops it when the test ends.
+func startServer(t *testing.T, o *Options) (context.Context, *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	s, err := StartWith(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	return ctx, s
+}
+
 // TestKillRestartStop proves the lifecycle the node-kill scenario relies on:
 // a started server answers on a loopback address, Kill makes it unreachable,
 // Restart brings it back empty on the same address, and Stop removes it and
 // its directory for good.
 func TestKillRestartStop(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	ctx, s := startServer(t, nil)
 	addr := s.Addr()
 	if host := addr[:len("127.0.0.1:")]; host != "127.0.0.1:" {
 		t.Fatalf("Addr() = %q, want a 127.0.0.1 address", addr)
@@ -43,7 +55,7 @@ func TestKillRestartStop(t *testing.T) {
 		t.Fatal("Running() after Kill")
 	}
 	pctx, pcancel := context.WithTimeout(ctx, time.Second)
-	err = c.Ping(pctx).Err()
+	err := c.Ping(pctx).Err()
 	pcancel()
 	if err == nil {
 		t.Fatal("PING answered after Kill")
@@ -83,5 +95,109 @@ func TestStartCanceled(t *testing.T) {
 	if s, err := Start(ctx); err == nil {
 		s.Stop()
 		t.Fatal("Start with an ended context succeeded")
+	}
+}
+
+// TestStartWithArgs proves the extra arguments reach the server after the
+// fixed ones, that a relative path in them lands in the server's directory,
+// and that a cluster-mode server starts on a port whose bus port is usable.
+func TestStartWithArgs(t *testing.T) {
+	args := []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf",
+		"--appendonly", "yes", // overrides the fixed "--appendonly no"
+	}
+	ctx, s := startServer(t, &Options{Args: args, ClusterBus: true})
+	args[1] = "no" // StartWith keeps no reference to the caller's slice
+	c := client(t, s.Addr())
+	if got, err := c.ConfigGet(ctx, "appendonly").Result(); err != nil || got["appendonly"] != "yes" {
+		t.Fatalf("CONFIG GET appendonly = %v, %v; want yes from Options.Args", got, err)
+	}
+	if info, err := c.ClusterInfo(ctx).Result(); err != nil || !strings.Contains(info, "cluster_state:") {
+		t.Fatalf("CLUSTER INFO = %q, %v; want a cluster-mode server", info, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "nodes.conf")); err != nil {
+		t.Fatalf("cluster config not in the server's directory: %v", err)
+	}
+	if err := s.Restart(ctx); err != nil {
+		t.Fatalf("Restart with Options.Args: %v", err)
+	}
+	if _, err := c.ClusterInfo(ctx).Result(); err != nil {
+		t.Fatalf("CLUSTER INFO after Restart: %v; want the arguments given to StartWith kept", err)
+	}
+}
+
+// TestFreeClusterPort proves a port whose bus port, port+10000, is taken is
+// passed over, as is one whose bus port would be past 65535.
+func TestFreeClusterPort(t *testing.T) {
+	var taken, free int
+	for taken == 0 || free == 0 {
+		p, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p+10000 > 65535 {
+			continue
+		}
+		if taken == 0 {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000)))
+			if err != nil {
+				continue
+			}
+			defer l.Close()
+			taken = p
+			continue
+		}
+		free = p
+	}
+	ports := []int{65000, taken, free}
+	got, err := freeClusterPort(func() (int, error) {
+		p := ports[0]
+		ports = ports[1:]
+		return p, nil
+	})
+	if err != nil || got != free {
+		t.Fatalf("freeClusterPort = %d, %v; want %d (65000 has no bus port, %d's bus port is taken)", got, err, free, taken)
+	}
+
+	boom := errors.New("boom")
+	if _, err := freeClusterPort(func() (int, error) { return 0, boom }); !errors.Is(err, boom) {
+		t.Fatalf("freeClusterPort with a failing picker: %v, want %v", err, boom)
+	}
+}
+
+// TestPauseResume proves Pause stops the server answering without closing
+// its port, Resume brings it back, and Kill ends a paused server.
+func TestPauseResume(t *testing.T) {
+	ctx, s := startServer(t, nil)
+	c := client(t, s.Addr())
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err := c.Ping(pctx).Err()
+	pcancel()
+	if err == nil {
+		t.Fatal("PING answered while paused")
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Resume: %v", err)
+	}
+
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill() // must not hang on a stopped process
+	if err := s.Pause(); err == nil {
+		t.Fatal("Pause of a killed server succeeded")
+	}
+	if err := s.Resume(); err == nil {
+		t.Fatal("Resume of a killed server succeeded")
 	}
 }

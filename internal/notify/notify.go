@@ -1,0 +1,99 @@
+// Package notify hands change notices to a subscriber on its own goroutine, in order, without ever making the announcer wait.
+package notify
+
+import "sync"
+
+// Notice is one change announced to a subscriber: Key changed under Fence.
+// The zero Notice means "drop everything": changes may have been missed.
+type Notice struct {
+	Key   string
+	Fence uint64
+}
+
+// Subscription is one subscriber's queue and the goroutine that empties it
+// into fn. Its methods are safe for concurrent use.
+type Subscription struct {
+	fn   func(key string, fence uint64)
+	max  int           // most notices queue holds, at least 1
+	wake chan struct{} // holds a token when queue may be non-empty
+	quit chan struct{} // closed by Stop
+	done chan struct{} // closed when run has returned
+	once sync.Once     // closes quit
+
+	mu sync.Mutex
+	// queue holds the notices not yet handed to fn, oldest first, never more
+	// than max of them.
+	queue []Notice
+	// overflowed is set while queue is the single zero Notice that replaced
+	// a full queue: it stands for every later change until fn takes it.
+	overflowed bool
+}
+
+// Start starts a goroutine that calls fn with each pushed notice, in order,
+// until Stop is called. Up to queue notices wait for a slow fn; a push to a
+// full queue replaces the queued notices with one zero Notice, which then
+// absorbs every push until fn takes it. A queue below 1 counts as 1.
+func Start(fn func(key string, fence uint64), queue int) *Subscription {
+	s := &Subscription{
+		fn:   fn,
+		max:  max(queue, 1),
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+// Push queues n for fn without blocking. After Stop it does nothing that
+// fn will see.
+func (s *Subscription) Push(n Notice) {
+	s.mu.Lock()
+	switch {
+	case s.overflowed:
+	case len(s.queue) >= s.max:
+		s.queue = append(s.queue[:0], Notice{})
+		s.overflowed = true
+	default:
+		s.queue = append(s.queue, n)
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stop drops the notices still queued, waits until fn has returned and the
+// goroutine has exited, and may be called more than once; it must not be
+// called from fn.
+func (s *Subscription) Stop() {
+	s.once.Do(func() { close(s.quit) })
+	<-s.done
+}
+
+// run hands queued notices to fn until quit is closed.
+func (s *Subscription) run() {
+	defer close(s.done)
+	var batch []Notice
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		batch, s.queue = s.queue, batch[:0]
+		s.overflowed = false
+		s.mu.Unlock()
+		for _, n := range batch {
+			select {
+			case <-s.quit:
+				return
+			default:
+			}
+			s.fn(n.Key, n.Fence)
+		}
+		clear(batch)
+	}
+}
