@@ -53,7 +53,8 @@ type Stats struct {
 	Limiter LimiterStats
 
 	// HotKeys are the keys with the most traffic (hits sampled 1 in 256, plus
-	// misses and stale serves), most first, at most Options.HotKeys of them.
+	// misses and stale serves), most first, at most Options.HotKeys of them;
+	// each name appears once (keys whose redacted names collide are summed).
 	HotKeys []HotKey
 
 	LoadDuration Histogram // how long loads took
@@ -190,13 +191,26 @@ func (c *Cache[V]) hotKeys() []HotKey {
 		return nil
 	}
 	items := c.top.Top()
-	hot := make([]HotKey, len(items))
-	for i, it := range items {
+	hot := make([]HotKey, 0, len(items))
+	seen := make(map[string]int, len(items))
+	for _, it := range items {
 		key := it.Key
 		if !c.cfg.HotKeyNames {
 			key = RedactKey(key)
 		}
-		hot[i] = HotKey{Key: key, Traffic: it.Traffic, Misses: it.Misses, Loads: it.Loads, Stale: it.Stale, Error: it.Error}
+		// Two keys whose redacted forms collide are reported as one, so
+		// that every name appears once (a metrics series per name).
+		if i, ok := seen[key]; ok {
+			h := &hot[i]
+			h.Traffic += it.Traffic
+			h.Misses += it.Misses
+			h.Loads += it.Loads
+			h.Stale += it.Stale
+			h.Error += it.Error
+			continue
+		}
+		seen[key] = len(hot)
+		hot = append(hot, HotKey{Key: key, Traffic: it.Traffic, Misses: it.Misses, Loads: it.Loads, Stale: it.Stale, Error: it.Error})
 	}
 	return hot
 }

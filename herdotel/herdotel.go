@@ -182,7 +182,7 @@ func RegisterMetrics(mp metric.MeterProvider, name string, s Source) (metric.Reg
 		o.ObserveInt64(brkOpen, open, base)
 		o.ObserveInt64(brkOpens, st.BreakerOpens, base)
 		o.ObserveFloat64(degraded, st.DegradedTime.Seconds(), base)
-		for _, k := range mergeHotKeys(st.HotKeys) {
+		for _, k := range st.HotKeys {
 			a := with(KeyKey.String(k.Key))
 			o.ObserveInt64(hotReqs, clamp(k.Traffic), a)
 			o.ObserveInt64(hotMisses, clamp(k.Misses), a)
@@ -196,26 +196,6 @@ func RegisterMetrics(mp metric.MeterProvider, name string, s Source) (metric.Reg
 }
 
 func clamp(n uint64) int64 { return int64(min(n, math.MaxInt64)) }
-
-// mergeHotKeys sums hot keys reported under one name, as two keys whose
-// short hashes collide are, so that each attribute set is observed once.
-func mergeHotKeys(keys []herd.HotKey) []herd.HotKey {
-	seen := make(map[string]int, len(keys))
-	out := make([]herd.HotKey, 0, len(keys))
-	for _, k := range keys {
-		i, ok := seen[k.Key]
-		if !ok {
-			seen[k.Key] = len(out)
-			out = append(out, k)
-			continue
-		}
-		out[i].Traffic += k.Traffic
-		out[i].Misses += k.Misses
-		out[i].Loads += k.Loads
-		out[i].Stale += k.Stale
-	}
-	return out
-}
 
 // Options configures a [Recorder]. The zero value is usable.
 type Options struct {

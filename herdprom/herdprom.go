@@ -284,33 +284,12 @@ func collect(ch chan<- prometheus.Metric, name string, st herd.Stats) {
 	count(breakerOpensDesc, st.BreakerOpens)
 	counter(degradedDesc, st.DegradedTime.Seconds())
 
-	for _, k := range mergeHotKeys(st.HotKeys) {
+	for _, k := range st.HotKeys {
 		counter(hotRequestsDesc, float64(k.Traffic), k.Key)
 		counter(hotMissesDesc, float64(k.Misses), k.Key)
 		counter(hotLoadsDesc, float64(k.Loads), k.Key)
 		counter(hotStaleDesc, float64(k.Stale), k.Key)
 	}
-}
-
-// mergeHotKeys sums hot keys reported under one name, as two keys whose
-// short hashes collide are: a registry refuses two series with one label set.
-func mergeHotKeys(keys []herd.HotKey) []herd.HotKey {
-	seen := make(map[string]int, len(keys))
-	out := make([]herd.HotKey, 0, len(keys))
-	for _, k := range keys {
-		i, ok := seen[k.Key]
-		if !ok {
-			seen[k.Key] = len(out)
-			out = append(out, k)
-			continue
-		}
-		out[i].Traffic += k.Traffic
-		out[i].Misses += k.Misses
-		out[i].Loads += k.Loads
-		out[i].Stale += k.Stale
-		out[i].Error += k.Error
-	}
-	return out
 }
 
 // histogram converts h to a Prometheus histogram: bounds in seconds, counts
