@@ -181,3 +181,11 @@ func TestRecorders(t *testing.T) {
 		t.Errorf("spans %v, want %v", traced.spans, want)
 	}
 }
+
+func TestName(t *testing.T) {
+	named := herd.Must(herd.New(&herd.Options[int]{Name: "profiles", MaxEntries: 1, SoftTTL: time.Second}))
+	unnamed := herd.Must(herd.New(&herd.Options[int]{MaxEntries: 1, SoftTTL: time.Second}))
+	if named.Name() != "profiles" || unnamed.Name() != "default" {
+		t.Errorf("names %q and %q, want profiles and default", named.Name(), unnamed.Name())
+	}
+}

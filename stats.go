@@ -254,3 +254,12 @@ func (s *stripedCounter) load() int64 {
 	}
 	return t
 }
+
+// Name returns Options.Name, or "default" when it is empty: the name to
+// give the cache in metrics and logs.
+func (c *Cache[V]) Name() string {
+	if c.cfg.Name == "" {
+		return "default"
+	}
+	return c.cfg.Name
+}
