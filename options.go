@@ -167,7 +167,9 @@ type Options[V any] struct {
 // (a quarter reserved for foreground misses, a one-second queue timeout),
 // near-cache TTL one second, a five-second lease, and a breaker that opens
 // after five failed remote calls and probes every second (used once a Store
-// and Lease are set).
+// and Lease are set), and the 20 hottest keys tracked for Stats. Each call
+// returns a new limiter: caches in front of one backing store should share
+// one, set on each.
 func DefaultOptions[V any]() *Options[V] {
 	l, err := limiter.New(limiter.DefaultOptions(32))
 	if err != nil {
