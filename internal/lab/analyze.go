@@ -123,7 +123,6 @@ func (e *runEnv) analyze() *measures {
 		}
 		extra["max_calls_per_expiry"] = float64(m.maxPerExpiry)
 		extra["max_calls_per_replica_per_expiry"] = float64(m.maxPerReplicaExpiry)
-		extra["waited"] = float64(r.WaitedOnOrigin)
 	case "flush", "cold-start":
 		from := e.flushAt
 		if e.p.scenario == "cold-start" {
@@ -152,8 +151,6 @@ func (e *runEnv) analyze() *measures {
 			if e.warmFailed > 0 {
 				extra["warm_failed"] = float64(e.warmFailed)
 			}
-		} else if e.p.scenario == "cold-start" {
-			extra["waited"] = float64(r.WaitedOnOrigin)
 		}
 	case "node-kill":
 		var down []Call

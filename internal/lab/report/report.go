@@ -185,6 +185,7 @@ var summaryColumns = []column{
 	{"errors", "errors", false},
 	{"shed", "shed", false},
 	{"stale", "stale served", false},
+	{"waited", "waited on origin", false},
 }
 
 // summaryCells formats one Run as the cells of summaryColumns: counts as
@@ -201,6 +202,7 @@ func summaryCells(r lab.Run) []string {
 		itoa(r.Errors),
 		itoa(r.Shed),
 		itoa(r.StaleServed),
+		itoa(r.WaitedOnOrigin),
 	}
 }
 

@@ -218,19 +218,19 @@ func TestWriteTable(t *testing.T) {
 		}
 	}
 	wantHot := [][]string{
-		{"layer", "calls", "/expiry", "peak", "p50", "p99", "p999", "errors", "shed", "stale"},
-		{"none", "1500", "75.0", "480", "1.3", "251.3", "612.0", "3", "0", "0"},
-		{"coalesce", "400", "20.0", "20", "1.1", "248.8", "301.5", "2", "4", "0"},
-		{"lease", "21", "1.1", "1", "0.9", "3.2", "255.6", "1", "5", "600"},
+		{"layer", "calls", "/expiry", "peak", "p50", "p99", "p999", "errors", "shed", "stale", "waited"},
+		{"none", "1500", "75.0", "480", "1.3", "251.3", "612.0", "3", "0", "0", "1400"},
+		{"coalesce", "400", "20.0", "20", "1.1", "248.8", "301.5", "2", "4", "0", "380"},
+		{"lease", "21", "1.1", "1", "0.9", "3.2", "255.6", "1", "5", "600", "19"},
 	}
 	if diff := cmp.Diff(wantHot, tableRows(t, out, "hot-key")[:4]); diff != "" {
 		t.Errorf("hot-key table (-want +got):\n%s\n%s", diff, out)
 	}
 	wantFlush := [][]string{
-		{"layer", "calls", "/expiry", "peak", "p50", "p99", "p999", "errors", "shed", "stale"},
-		{"none", "9000", "9000.0", "900", "250.2", "700.4", "1900.1", "40", "0", "0"},
-		{"coalesce", "1000", "1000.0", "64", "240.1", "400.2", "800.9", "7", "120", "0"},
-		{"lease", "1000", "999.5", "50", "2.0", "260.3", "420.7", "0", "6", "15000"},
+		{"layer", "calls", "/expiry", "peak", "p50", "p99", "p999", "errors", "shed", "stale", "waited"},
+		{"none", "9000", "9000.0", "900", "250.2", "700.4", "1900.1", "40", "0", "0", "9000"},
+		{"coalesce", "1000", "1000.0", "64", "240.1", "400.2", "800.9", "7", "120", "0", "1000"},
+		{"lease", "1000", "999.5", "50", "2.0", "260.3", "420.7", "0", "6", "15000", "30"},
 	}
 	if diff := cmp.Diff(wantFlush, tableRows(t, out, "flush")); diff != "" {
 		t.Errorf("flush table (-want +got):\n%s\n%s", diff, out)
@@ -357,7 +357,7 @@ func TestWriteHTMLTables(t *testing.T) {
 		"<dt>load model</dt><dd>open-loop (Poisson arrivals)</dd>",
 		"<dt>seed</dt><dd>42</dd>",
 		"<th>calls per expiry</th>",
-		`<tr><td class="l">none</td><td>1500</td><td>75.0</td><td>480</td><td>1.3</td><td>251.3</td><td>612.0</td><td>3</td><td>0</td><td>0</td></tr>`,
+		`<tr><td class="l">none</td><td>1500</td><td>75.0</td><td>480</td><td>1.3</td><td>251.3</td><td>612.0</td><td>3</td><td>0</td><td>0</td><td>1400</td></tr>`,
 		`<td>80</td><td>75</td><td>0.94×</td><td class="l pass">within ±20%</td>`,
 		`<td class="l fail">outside ±20%</td>`,
 		`<td class="l pass">PASS</td><td class="l">hot-key</td><td class="l">lease</td>`,

@@ -13,8 +13,8 @@ import (
 // WriteTable writes the terminal summary: the configuration header; per
 // scenario a table with one row per layer (and variant) holding origin
 // calls, calls per expiry (one decimal), peak origin concurrency, p50, p99
-// and p999 client latency (ms, one decimal), errors, shed and stale-served
-// counts, followed by any scenario-specific figures; then predicted against
+// and p999 client latency (ms, one decimal), errors, shed, stale-served and
+// waited-on-origin counts, followed by any scenario-specific figures; then predicted against
 // measured figures with their ±20% verdict, if any; then one PASS or FAIL
 // line per check, if any.
 func WriteTable(w io.Writer, s *lab.Suite) error {
