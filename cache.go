@@ -340,7 +340,8 @@ var errLoadPanicked = errors.New("herd: load panicked")
 func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co callOpts) (V, error) {
 	var zero V
 	load = c.loader(key, load) // nil: serve what the tiers hold, or ErrNoLoader
-	if e := c.readRemote(ctx, key, co); e != nil {
+	e, pre := c.readRemote(ctx, key, co)
+	if e != nil {
 		if e.stale(c.clk.now()) {
 			c.got(key, ResultStale)
 			c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
@@ -356,11 +357,14 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 			e   *entry[V]
 			err error
 		)
+		if attempt > 0 {
+			pre = remoteRead[V]{} // out of date: the flight reads again
+		}
 		if c.cfg.DisableCoalescing || attempt >= 3 {
-			e, err = c.fillAlone(ctx, key, load, co)
+			e, err = c.fillAlone(ctx, key, load, co, pre)
 		} else {
 			e, err, _ = c.flights.Do(ctx, key, func(fctx context.Context) (*entry[V], error) {
-				return c.fill(fctx, key, load, co, nil)
+				return c.fill(fctx, key, load, co, nil, pre)
 			})
 		}
 		if errors.Is(err, errSkipped) {
@@ -381,34 +385,56 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 	}
 }
 
-// readRemote reads key from the Store on the caller's goroutine, before any
-// flight: a value another replica wrote is served without coalescing (a
-// remote hit costs one read). It returns nil when the caller must go on to
-// the flight: no Store, breaker open, nothing usable stored.
-func (c *Cache[V]) readRemote(ctx context.Context, key string, co callOpts) *entry[V] {
-	if c.cfg.Store == nil || c.brk.open() {
-		return nil // a half-open breaker's probe is made inside the flight
-	}
-	gen := c.gens.get(key)
+// remoteRead is what one read of the Store found.
+type remoteRead[V any] struct {
+	done bool   // the read was made; the rest is unset otherwise
+	gen  uint64 // the local generation read before it
+	err  error
+	// e is the decoded value; nil when there is none (gone) or it does not
+	// decode.
+	e    *entry[V]
+	gone bool
+}
+
+// loadRemote reads key from the Store and decodes what it finds.
+func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
+	r := remoteRead[V]{done: true, gen: c.gens.get(key)}
 	env, err := c.cfg.Store.Load(ctx, key)
 	c.remoteDone(ctx, err)
-	if err != nil || env == nil {
-		return nil
+	switch {
+	case err != nil:
+		r.err = err
+	case env == nil:
+		r.gone = true
+	default:
+		r.e, _ = c.decode(env)
 	}
-	e, ok := c.decode(env)
-	if !ok {
-		return nil
+	return r
+}
+
+// readRemote reads key from the Store on the caller's goroutine, before any
+// flight: a value another replica wrote is served without coalescing (a
+// remote hit costs one read). It returns the entry to serve, or nil when the
+// caller must go on to the flight (no Store, breaker open, nothing usable
+// stored), with what the read found so that a flight this caller starts
+// need not read again.
+func (c *Cache[V]) readRemote(ctx context.Context, key string, co callOpts) (*entry[V], remoteRead[V]) {
+	if c.cfg.Store == nil || c.brk.open() {
+		return nil, remoteRead[V]{} // a half-open breaker's probe is made inside the flight
 	}
-	now := c.clk.now()
-	if now < e.soft || now < e.hard && !co.noStale {
-		c.setLocal(key, e, gen)
-		return e
+	r := c.loadRemote(ctx, key)
+	if e := r.e; e != nil {
+		now := c.clk.now()
+		if now < e.soft || now < e.hard && !co.noStale {
+			c.setLocal(key, e, r.gen)
+			return e, r
+		}
 	}
-	return nil
+	return nil, r
 }
 
 // fillAlone runs fill without coalescing, bounded as a flight would be.
-func (c *Cache[V]) fillAlone(ctx context.Context, key string, load LoadFunc[V], co callOpts) (*entry[V], error) {
+func (c *Cache[V]) fillAlone(ctx context.Context, key string, load LoadFunc[V], co callOpts, pre remoteRead[V]) (*entry[V], error) {
 	// The load outlives a caller that leaves: it ends at LoadTimeout.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
 	type res struct {
@@ -425,7 +451,7 @@ func (c *Cache[V]) fillAlone(ctx context.Context, key string, load LoadFunc[V], 
 			}
 			done <- r
 		}()
-		r.e, r.err = c.fill(fctx, key, load, co, nil)
+		r.e, r.err = c.fill(fctx, key, load, co, nil, pre)
 	}()
 	select {
 	case r := <-done:
@@ -457,7 +483,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 	c.cfg.Executor(func() {
 		defer c.bg.Done()
 		_, err, _ := c.flights.Do(bctx, key, func(fctx context.Context) (*entry[V], error) {
-			return c.fill(fctx, key, load, callOpts{}, e)
+			return c.fill(fctx, key, load, callOpts{}, e, remoteRead[V]{})
 		})
 		if err != nil && !errors.Is(err, errSkipped) {
 			c.st.refreshFailures.add(1)
@@ -471,8 +497,10 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 
 // fill does the work of a miss inside its flight: re-check the tiers, take
 // the lease, take a limiter slot, load, write. old is the entry a background
-// refresh replaces, nil for a miss.
-func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co callOpts, old *entry[V]) (*entry[V], error) {
+// refresh replaces, nil for a miss. pre is the Store read the caller made
+// just before starting the flight, used instead of reading again; a zero pre
+// means read.
+func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co callOpts, old *entry[V], pre remoteRead[V]) (*entry[V], error) {
 	background := old != nil
 	staleOK := !background && !co.noStale
 	gen := c.gens.get(key)
@@ -493,35 +521,27 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 		candidate = e
 	}
 
-	// remoteUp is decided once per fill: a probe of a half-open breaker goes
-	// on using the Store for the rest of its fill.
-	remoteUp := c.cfg.Store != nil && c.brk.allow()
-	if remoteUp {
-		env, err := c.cfg.Store.Load(ctx, key)
-		c.remoteDone(ctx, err)
-		switch {
-		case err != nil:
-			remoteUp = false
-			if candidate != nil && !background && (now < candidate.soft || staleOK) {
-				return candidate, nil
-			}
-		case env == nil:
-			candidate = nil // gone remotely: the local copy is not to be trusted
-		default:
-			if re, ok := c.decode(env); ok {
-				if re.hard > now && (!background && now < re.soft || background && re.soft > old.soft) {
-					c.setLocal(key, re, gen)
-					return re, nil
-				}
-				if re.hard > now {
-					if !background && staleOK {
-						c.setLocal(key, re, gen)
-						return re, nil
-					}
-					candidate = re
-				}
-			}
+	// The Store read is decided once per fill: a probe of a half-open breaker
+	// goes on using the Store for the rest of its fill.
+	rr := pre // its gen predates it: an entry it found is refused locally after any change since
+	if !rr.done && c.cfg.Store != nil && c.brk.allow() {
+		rr = c.loadRemote(ctx, key)
+	}
+	remoteUp := rr.done && rr.err == nil
+	switch re := rr.e; {
+	case !rr.done:
+	case rr.err != nil:
+		if candidate != nil && !background && (now < candidate.soft || staleOK) {
+			return candidate, nil
 		}
+	case rr.gone:
+		candidate = nil // gone remotely: the local copy is not to be trusted
+	case re != nil && re.hard > now:
+		if !background && now < re.soft || background && re.soft > old.soft || !background && staleOK {
+			c.setLocal(key, re, rr.gen)
+			return re, nil
+		}
+		candidate = re
 	}
 
 	var token string

@@ -1077,3 +1077,16 @@ func TestFleetWatchdogStopsAtLoadTimeout(t *testing.T) {
 		fleetMustGet(t, fleetReplica(t, r, nil), "k", nil, 2)
 	})
 }
+
+// A miss reads the Store once: the flight uses the read its caller made just
+// before starting it.
+func TestFleetMissReadsStoreOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		fleetMustGet(t, a, "k", fleetValue(1), 1)
+		if n := r.Stats().Loads; n != 1 {
+			t.Errorf("a miss read the Store %d times, want 1", n)
+		}
+	})
+}
