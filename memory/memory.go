@@ -30,9 +30,8 @@ type Remote struct {
 	// keys holds every key with a value, a lease or a fence above zero. An
 	// entry is dropped only when it has none of them: fences never expire.
 	keys map[string]*entry
-	// waits holds the current generation of each key that has waiters; an
-	// announcement closes its channel and removes it.
-	waits map[string]*generation
+	// waits holds the Wait calls blocked until a key's next announcement.
+	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
 	subs  map[*notify.Subscription]struct{}
 	stats Stats
@@ -51,15 +50,6 @@ type entry struct {
 	token string
 	// leaseEnd is when the lease expires; meaningful only when token != "".
 	leaseEnd time.Time
-}
-
-// generation is what Wait-ers of one key block on until the next announcement.
-type generation struct {
-	// ch is closed by the announcement that ends this generation.
-	ch chan struct{}
-	// n counts the Wait calls blocked on ch; the last one to give up removes
-	// the generation from Remote.waits, so abandoned waits leave nothing behind.
-	n int
 }
 
 // Stats counts what a Remote has done since [New]. A call that returns an
@@ -88,9 +78,8 @@ var (
 // New returns an empty, healthy Remote.
 func New() *Remote {
 	return &Remote{
-		keys:  make(map[string]*entry),
-		waits: make(map[string]*generation),
-		subs:  make(map[*notify.Subscription]struct{}),
+		keys: make(map[string]*entry),
+		subs: make(map[*notify.Subscription]struct{}),
 	}
 }
 
@@ -104,10 +93,7 @@ func (r *Remote) SetDown(err error) {
 	if err == nil {
 		return
 	}
-	for key, g := range r.waits {
-		close(g.ch)
-		delete(r.waits, key)
-	}
+	r.waits.WakeAll()
 }
 
 // Flush drops every value and lease, as a cache flush would, but keeps the
@@ -295,10 +281,7 @@ func (r *Remote) Release(ctx context.Context, key, token string) error {
 		r.tidy(key, e)
 	}
 	r.stats.Announces++
-	if g := r.waits[key]; g != nil {
-		close(g.ch)
-		delete(r.waits, key)
-	}
+	r.waits.Wake(key)
 	return nil
 }
 
@@ -310,16 +293,11 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 		r.mu.Unlock()
 		return err
 	}
-	g := r.waits[key]
-	if g == nil {
-		g = &generation{ch: make(chan struct{})}
-		r.waits[key] = g
-	}
-	g.n++
+	w := r.waits.Add(key)
 	r.mu.Unlock()
 
 	select {
-	case <-g.ch:
+	case <-w.C():
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.down != nil {
@@ -330,10 +308,7 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 	case <-ctx.Done():
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		g.n--
-		if g.n == 0 && r.waits[key] == g {
-			delete(r.waits, key)
-		}
+		r.waits.Leave(w)
 		return fmt.Errorf("memory: wait %q: %w", key, ctx.Err())
 	}
 }

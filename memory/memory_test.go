@@ -382,7 +382,7 @@ func TestWaitFakeClock(t *testing.T) {
 		if err := r.Wait(tctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Wait with only an earlier announcement = %v, want DeadlineExceeded", err)
 		}
-		if n := len(r.waits); n != 0 {
+		if n := r.waits.Len(); n != 0 {
 			t.Fatalf("an abandoned Wait left %d generations behind", n)
 		}
 
@@ -414,7 +414,7 @@ func TestWaitFakeClock(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("Wait = %v", err)
 		}
-		if n := len(r.waits); n != 0 {
+		if n := r.waits.Len(); n != 0 {
 			t.Fatalf("%d generations left after every waiter woke", n)
 		}
 	})

@@ -123,24 +123,14 @@ type Remote struct {
 	// started is set when New stops waiting for the first confirmation: a
 	// confirmation that comes later may also follow lost notices.
 	started bool
-	// waits holds the current generation of each key that has Wait-ers; a
-	// completion notice closes its channel and removes it.
-	waits map[string]*generation
+	// waits holds the Wait calls blocked until a key's next completion.
+	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
 	subs map[*notify.Subscription]struct{}
 
 	// onWait, when non-nil, is called by Wait once it is registered to be
 	// woken; tests set it to know when to announce.
 	onWait func(key string)
-}
-
-// generation is what Wait-ers of one key block on until the next completion.
-type generation struct {
-	// ch is closed by the notice that ends this generation.
-	ch chan struct{}
-	// n counts the Wait calls blocked on ch; the last one to give up removes
-	// the generation from Remote.waits, so abandoned waits leave nothing behind.
-	n int
 }
 
 var (
@@ -185,7 +175,6 @@ func New(o Options) (*Remote, error) {
 		id:        newToken()[:originLen],
 		listening: make(chan struct{}),
 		ready:     make(chan struct{}),
-		waits:     make(map[string]*generation),
 		subs:      make(map[*notify.Subscription]struct{}),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -437,12 +426,7 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 		r.mu.Unlock()
 		return fmt.Errorf("redisstore: wait %q: %w", key, err)
 	}
-	g := r.waits[key]
-	if g == nil {
-		g = &generation{ch: make(chan struct{})}
-		r.waits[key] = g
-	}
-	g.n++
+	w := r.waits.Add(key)
 	hook := r.onWait
 	r.mu.Unlock()
 	if hook != nil {
@@ -450,7 +434,7 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 	}
 
 	select {
-	case <-g.ch:
+	case <-w.C():
 		if r.closed.Load() {
 			return fmt.Errorf("redisstore: wait %q: %w", key, ErrClosed)
 		}
@@ -458,10 +442,7 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 	case <-ctx.Done():
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		g.n--
-		if g.n == 0 && r.waits[key] == g {
-			delete(r.waits, key)
-		}
+		r.waits.Leave(w)
 		return fmt.Errorf("redisstore: wait %q: %w", key, ctx.Err())
 	}
 }
@@ -507,10 +488,7 @@ func (r *Remote) Close() error {
 		<-r.listening
 		return nil
 	}
-	for key, g := range r.waits {
-		close(g.ch)
-		delete(r.waits, key)
-	}
+	r.waits.WakeAll()
 	subs := r.subs
 	r.subs = make(map[*notify.Subscription]struct{})
 	r.mu.Unlock()
@@ -557,10 +535,7 @@ func (r *Remote) subscribed() {
 	for s := range r.subs {
 		s.Push(notify.Notice{})
 	}
-	for key, g := range r.waits {
-		close(g.ch)
-		delete(r.waits, key)
-	}
+	r.waits.WakeAll()
 }
 
 // dispatch handles one notice from the channel; it ignores what it cannot
@@ -586,10 +561,7 @@ func (r *Remote) dispatch(payload string) {
 
 // wake ends the current generation of key's Wait-ers. r.mu is held.
 func (r *Remote) wake(key string) {
-	if g := r.waits[key]; g != nil {
-		close(g.ch)
-		delete(r.waits, key)
-	}
+	r.waits.Wake(key)
 }
 
 // Kinds of message, their first byte on the channel.

@@ -543,7 +543,7 @@ func TestNoticesAnyKey(t *testing.T) {
 func waiting(r *Remote, key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.waits[key] != nil
+	return r.waits.Has(key)
 }
 
 // TestOwnCompletionEcho checks that the echo of a Remote's own completion,

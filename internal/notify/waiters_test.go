@@ -1,0 +1,52 @@
+package notify
+
+import "testing"
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestWaiters(t *testing.T) {
+	var ws Waiters
+	a1, a2, b := ws.Add("a"), ws.Add("a"), ws.Add("b")
+	if a1.C() != a2.C() || a1.C() == b.C() || ws.Len() != 2 || !ws.Has("a") || ws.Has("c") {
+		t.Fatal("waiters of one key must share a generation, of two keys not")
+	}
+	ws.Wake("a")
+	if !closed(a1.C()) || closed(b.C()) || ws.Len() != 1 {
+		t.Fatal("Wake(a) must end a's generation only")
+	}
+	if next := ws.Add("a"); closed(next.C()) {
+		t.Fatal("a waiter added after Wake waits for the next one")
+	}
+	ws.WakeAll()
+	if !closed(b.C()) || ws.Len() != 0 {
+		t.Fatal("WakeAll must end every generation")
+	}
+}
+
+func TestWaitersLeave(t *testing.T) {
+	var ws Waiters
+	w1, w2 := ws.Add("k"), ws.Add("k")
+	ws.Leave(w1)
+	if ws.Len() != 1 {
+		t.Fatal("the generation went with one of its two waiters")
+	}
+	ws.Leave(w2)
+	if ws.Len() != 0 {
+		t.Fatal("the last waiter to leave must remove the generation")
+	}
+	// A waiter leaving an ended generation must not remove the new one.
+	old := ws.Add("k")
+	ws.Wake("k")
+	fresh := ws.Add("k")
+	ws.Leave(old)
+	if ws.Len() != 1 || closed(fresh.C()) {
+		t.Fatal("leaving an ended generation touched the current one")
+	}
+}
