@@ -49,16 +49,7 @@ func fleetReplica(t *testing.T, r *memory.Remote, mod func(*herd.Options[int])) 
 	if mod != nil {
 		mod(o)
 	}
-	c, err := herd.New(o)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return c
+	return newCache(t, o)
 }
 
 // fleetReplicas returns n replicas over r, each made by fleetReplica.
@@ -77,26 +68,6 @@ type fleetResult struct {
 	err     error
 }
 
-// fleetGetAsync runs Get on a new goroutine and hands its result to the
-// channel.
-func fleetGetAsync(ctx context.Context, c *herd.Cache[int], key string, load herd.LoadFunc[int], opts ...herd.CallOption) <-chan fleetResult {
-	ch := make(chan fleetResult, 1)
-	go func() {
-		v, err := c.Get(ctx, key, load, opts...)
-		ch <- fleetResult{v: v, err: err}
-	}()
-	return ch
-}
-
-// fleetReady returns the result on ch if there is one now.
-func fleetReady(ch <-chan fleetResult) (fleetResult, bool) {
-	select {
-	case r := <-ch:
-		return r, true
-	default:
-		return fleetResult{}, false
-	}
-}
 
 // fleetStorm runs callers Gets of key on every replica at once, replica i
 // with load(i), and returns a function that collects their results.
@@ -152,11 +123,11 @@ func fleetNoLoad(t *testing.T, who string) herd.LoadFunc[int] {
 // fleetHold starts a Get of key on c whose load blocks until release is
 // called and then returns v, and returns once that load is blocked: c then
 // holds key's lease. release runs at the end of the test at the latest.
-func fleetHold(t *testing.T, c *herd.Cache[int], key string, v int, opts ...herd.CallOption) (release func(), res <-chan fleetResult) {
+func fleetHold(t *testing.T, c *herd.Cache[int], key string, v int, opts ...herd.CallOption) (release func(), res <-chan result) {
 	t.Helper()
 	gate := make(chan struct{})
 	var started atomic.Int32
-	res = fleetGetAsync(t.Context(), c, key, func(context.Context) (int, error) {
+	res = getAsync(t.Context(), c, key, func(context.Context) (int, error) {
 		started.Add(1)
 		<-gate
 		return v, nil
@@ -300,9 +271,9 @@ func TestFleetLoserServeStaleWithStaleValue(t *testing.T) {
 		fleetStaleSetup(t, a, b, "k")
 		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
 
-		resB := fleetGetAsync(t.Context(), b, "k", fleetNoLoad(t, "B"))
+		resB := getAsync(t.Context(), b, "k", fleetNoLoad(t, "B"))
 		synctest.Wait()
-		got, ok := fleetReady(resB)
+		got, ok := ready(resB)
 		if !ok {
 			t.Fatal("B is waiting for A's load; want the stale value at once")
 		}
@@ -327,9 +298,9 @@ func TestFleetLoserServeStaleWithStaleValue(t *testing.T) {
 func fleetWaitsForHolder(t *testing.T, a, b *herd.Cache[int], opts ...herd.CallOption) {
 	t.Helper()
 	release, resA := fleetHold(t, a, "k", 42)
-	resB := fleetGetAsync(t.Context(), b, "k", fleetNoLoad(t, "B"), opts...)
+	resB := getAsync(t.Context(), b, "k", fleetNoLoad(t, "B"), opts...)
 	synctest.Wait()
-	if got, ok := fleetReady(resB); ok {
+	if got, ok := ready(resB); ok {
 		t.Fatalf("B returned %d, %v while A's load runs; want it to wait", got.v, got.err)
 	}
 	release()
@@ -368,9 +339,9 @@ func TestFleetLoserFailFast(t *testing.T) {
 		a := fleetReplica(t, r, nil)
 		b := fleetReplica(t, r, func(o *herd.Options[int]) { o.OnLeaseHeld = herd.FailFast })
 		release, resA := fleetHold(t, a, "k", 42)
-		resB := fleetGetAsync(t.Context(), b, "k", fleetNoLoad(t, "B"))
+		resB := getAsync(t.Context(), b, "k", fleetNoLoad(t, "B"))
 		synctest.Wait()
-		got, ok := fleetReady(resB)
+		got, ok := ready(resB)
 		if !ok {
 			t.Fatal("B is waiting; want ErrLeaseHeld at once")
 		}
@@ -397,9 +368,9 @@ func TestFleetLoserPolicyPerCall(t *testing.T) {
 			a := fleetReplica(t, r, nil)
 			b := fleetReplica(t, r, func(o *herd.Options[int]) { o.OnLeaseHeld = herd.Wait })
 			release, resA := fleetHold(t, a, "k", 42)
-			resB := fleetGetAsync(t.Context(), b, "k", fleetNoLoad(t, "B"), herd.WithLoserPolicy(herd.FailFast))
+			resB := getAsync(t.Context(), b, "k", fleetNoLoad(t, "B"), herd.WithLoserPolicy(herd.FailFast))
 			synctest.Wait()
-			got, ok := fleetReady(resB)
+			got, ok := ready(resB)
 			if !ok || !errors.Is(got.err, herd.ErrLeaseHeld) {
 				t.Errorf("B got %+v (ready %v); want ErrLeaseHeld at once", got, ok)
 			}
@@ -429,9 +400,9 @@ func TestFleetLoserNoStaleWaits(t *testing.T) {
 				b := fleetReplica(t, r, tt.mod)
 				fleetStaleSetup(t, a, b, "k")
 				release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
-				resB := fleetGetAsync(t.Context(), b, "k", fleetNoLoad(t, "B"), tt.opts...)
+				resB := getAsync(t.Context(), b, "k", fleetNoLoad(t, "B"), tt.opts...)
 				synctest.Wait()
-				if got, ok := fleetReady(resB); ok {
+				if got, ok := ready(resB); ok {
 					t.Fatalf("B returned %d, %v while A's load runs; want it to wait, not serve stale", got.v, got.err)
 				}
 				release()
@@ -873,12 +844,12 @@ func TestFleetBreakerProbeKeepsLease(t *testing.T) {
 			loads.Add(1)
 			return 2, nil
 		}
-		var results []<-chan fleetResult
+		var results []<-chan result
 		for _, s := range stores {
 			open := s.arm()
 			t.Cleanup(open)
 			for range 3 { // the first call probes; the others arrive during the probe
-				results = append(results, fleetGetAsync(t.Context(), cs[len(results)/3], "k", load))
+				results = append(results, getAsync(t.Context(), cs[len(results)/3], "k", load))
 				synctest.Wait()
 			}
 			open()
@@ -993,14 +964,14 @@ func TestFleetWatchdogExtendsLease(t *testing.T) {
 			o.LeaseWait = time.Minute
 		}
 		a, b := fleetReplica(t, r, mod), fleetReplica(t, r, mod)
-		resA := fleetGetAsync(t.Context(), a, "k", func(context.Context) (int, error) {
+		resA := getAsync(t.Context(), a, "k", func(context.Context) (int, error) {
 			time.Sleep(10 * time.Second)
 			return 1, nil
 		})
 		time.Sleep(4 * time.Second) // past one LeaseTTL
-		resB := fleetGetAsync(t.Context(), b, "k", fleetNoLoad(t, "B"))
+		resB := getAsync(t.Context(), b, "k", fleetNoLoad(t, "B"))
 		synctest.Wait()
-		gotB, early := fleetReady(resB)
+		gotB, early := ready(resB)
 		if early {
 			t.Errorf("B returned %d, %v while A loads; want it to wait", gotB.v, gotB.err)
 		}
@@ -1040,7 +1011,7 @@ func TestFleetWatchdogStopsAtLoadTimeout(t *testing.T) {
 		release := sync.OnceFunc(func() { close(gate) })
 		t.Cleanup(release)
 		start := time.Now()
-		resA := fleetGetAsync(t.Context(), a, "k", func(context.Context) (int, error) {
+		resA := getAsync(t.Context(), a, "k", func(context.Context) (int, error) {
 			<-gate // ignores its context
 			return 1, nil
 		})

@@ -32,21 +32,12 @@ const (
 // when the test (or bubble) ends.
 func limCache(t *testing.T, l *limiter.Limiter) *herd.Cache[int] {
 	t.Helper()
-	c, err := herd.New(&herd.Options[int]{
+	return newCache(t, &herd.Options[int]{
 		MaxEntries: 5000,
 		SoftTTL:    limSoft,
 		HardTTL:    limHard,
 		Limiter:    l,
 	})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return c
 }
 
 func limLimiter(t *testing.T, o limiter.Options) *limiter.Limiter {

@@ -1,4 +1,4 @@
-// Package notify hands change notices to a subscriber on its own goroutine, in order, without ever making the announcer wait.
+// Package notify hands change notices to a subscriber on its own goroutine, in order, without ever making the announcer wait, and lets goroutines wait for the next completion on a key.
 package notify
 
 import "sync"
