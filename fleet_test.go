@@ -68,7 +68,6 @@ type fleetResult struct {
 	err     error
 }
 
-
 // fleetStorm runs callers Gets of key on every replica at once, replica i
 // with load(i), and returns a function that collects their results.
 func fleetStorm(ctx context.Context, cs []*herd.Cache[int], callers int, key string, load func(replica int) herd.LoadFunc[int]) (collect func() []fleetResult) {
