@@ -61,8 +61,12 @@ func (b *breaker) allow() bool {
 }
 
 // record takes the outcome of an allowed call. Errors from the caller's own
-// context do not count against the remote tier.
+// context do not count against the remote tier, and a call the tier refused
+// ([ErrRejected]) counts as an answer.
 func (b *breaker) record(ctx context.Context, err error) {
+	if errors.Is(err, ErrRejected) {
+		err = nil
+	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		if b.state.Load() == breakerProbing {
 			b.state.Store(breakerOpen) // let another probe through
@@ -85,7 +89,7 @@ func (b *breaker) record(ctx context.Context, err error) {
 			b.trip()
 		}
 	case breakerProbing:
-		b.retryAt.Store(nowNano() + int64(b.cooldown))
+		b.retryAt.Store(addTime(nowNano(), b.cooldown))
 		b.state.Store(breakerOpen)
 	}
 }
@@ -98,7 +102,7 @@ func (b *breaker) trip() {
 	}
 	b.openedAt = nowNano()
 	b.opens++
-	b.retryAt.Store(b.openedAt + int64(b.cooldown))
+	b.retryAt.Store(addTime(b.openedAt, b.cooldown))
 	b.state.Store(breakerOpen)
 	b.mu.Unlock()
 	if b.onChange != nil {

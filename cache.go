@@ -84,9 +84,6 @@ type entry[V any] struct {
 	born int64
 	// delta is the measured duration of the load that made the value.
 	delta int64
-	// fence is the remote fence the value was written under; zero when it
-	// never reached a Store.
-	fence    uint64
 	negative bool
 	// uncached marks a value its load asked not to cache: it is handed to the
 	// flight's callers and never stored.
@@ -98,6 +95,10 @@ type entry[V any] struct {
 	// retryAt is the earliest time (Unix nanoseconds) another background
 	// refresh may start after one failed.
 	retryAt atomic.Int64
+	// fence is the remote fence the value was written under; zero until its
+	// write-back, made in the background, reports it, and when it never
+	// reached a Store.
+	fence atomic.Uint64
 }
 
 func (e *entry[V]) result() (V, error) {
@@ -109,24 +110,6 @@ func (e *entry[V]) result() (V, error) {
 }
 
 func (e *entry[V]) stale(now int64) bool { return !e.uncached && now >= e.soft }
-
-func nowNano() int64 { return time.Now().UnixNano() }
-
-// clock reads the time for entries: wall-clock Unix nanoseconds, advanced by
-// the monotonic clock from when the cache was made, so that a read costs one
-// monotonic clock read. It drifts from the wall clock only as far as the
-// system clock is slewed or stepped while the process runs.
-type clock struct {
-	wall int64     // Unix nanoseconds at mono
-	mono time.Time // carries a monotonic reading
-}
-
-func newClock() clock {
-	t := time.Now()
-	return clock{wall: t.UnixNano(), mono: t}
-}
-
-func (k *clock) now() int64 { return k.wall + int64(time.Since(k.mono)) }
 
 // New returns a cache configured by o; a nil o means [DefaultOptions].
 // Invalid options give an error whose text starts with "herd: ".
@@ -352,15 +335,18 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 		return c.served(e)
 	}
 	c.got(key, ResultMiss)
-	for attempt := 0; ; attempt++ {
+	for attempt := range maxMissAttempts {
+		if attempt > 0 {
+			if err := ctx.Err(); err != nil {
+				return zero, fmt.Errorf("herd: %w", err)
+			}
+			pre = remoteRead[V]{} // out of date: the flight reads again
+		}
 		var (
 			e   *entry[V]
 			err error
 		)
-		if attempt > 0 {
-			pre = remoteRead[V]{} // out of date: the flight reads again
-		}
-		if c.cfg.DisableCoalescing || attempt >= 3 {
+		if c.cfg.DisableCoalescing || attempt == maxMissAttempts-1 {
 			e, err = c.fillAlone(ctx, key, load, co, pre)
 		} else {
 			e, err, _ = c.flights.Do(ctx, key, func(fctx context.Context) (*entry[V], error) {
@@ -383,7 +369,14 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 		}
 		return e.result()
 	}
+	return zero, fmt.Errorf("%w: %q: no fresh value after %d attempts", ErrNoFreshValue, key, maxMissAttempts)
 }
+
+// maxMissAttempts bounds the attempts of one miss: a flight it joined may
+// have been a background refresh that gave up, or may have found only a
+// value that went stale before this caller could take it. The last attempt
+// runs on its own, without joining a flight.
+const maxMissAttempts = 4
 
 // remoteRead is what one read of the Store found.
 type remoteRead[V any] struct {
@@ -402,6 +395,8 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	env, err := c.cfg.Store.Load(ctx, key)
 	c.remoteDone(ctx, err)
 	switch {
+	case errors.Is(err, ErrRejected):
+		c.st.decodeErrors.add(1) // the key holds nothing this cache can use
 	case err != nil:
 		r.err = err
 	case env == nil:
@@ -445,13 +440,17 @@ func (c *Cache[V]) fillAlone(ctx context.Context, key string, load LoadFunc[V], 
 	go func() {
 		defer cancel()
 		var r res
+		returned := false
 		defer func() {
 			if p := recover(); p != nil {
 				r.err = &flight.PanicError{Value: p, Stack: debug.Stack()}
+			} else if !returned {
+				r.err = flight.ErrGoexit
 			}
 			done <- r
 		}()
 		r.e, r.err = c.fill(fctx, key, load, co, nil, pre)
+		returned = true
 	}()
 	select {
 	case r := <-done:
@@ -488,7 +487,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 		if err != nil && !errors.Is(err, errSkipped) {
 			c.st.refreshFailures.add(1)
 			c.event(EventRefreshFailed, key, err)
-			e.retryAt.Store(c.clk.now() + int64(c.cfg.RefreshBackoff))
+			e.retryAt.Store(addTime(c.clk.now(), c.cfg.RefreshBackoff))
 		}
 		// Let a later reader try again if this refresh did not replace e.
 		e.refreshing.Store(false)
@@ -527,7 +526,9 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 	if !rr.done && c.cfg.Store != nil && c.brk.allow() {
 		rr = c.loadRemote(ctx, key)
 	}
-	remoteUp := rr.done && rr.err == nil
+	// A failed read still tries the lease, unless it opened the breaker: one
+	// slow read must not make this replica load on its own.
+	remoteUp := rr.done && (rr.err == nil || !c.brk.open())
 	switch re := rr.e; {
 	case !rr.done:
 	case rr.err != nil:
@@ -544,14 +545,16 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 		candidate = re
 	}
 
-	var token string
-	var fence uint64
+	var held *heldLease
 	if remoteUp && c.cfg.Lease != nil {
-		var after time.Time
+		// A value counts as fresh by both clocks, the Store's and this
+		// replica's, so that a replica whose clock runs ahead loads instead
+		// of being handed, again and again, a value it finds stale.
+		after := now
 		if background {
-			after = time.Unix(0, old.soft)
+			after = max(after, old.soft)
 		}
-		e, g, err := c.acquire(ctx, key, after, background, co, candidate)
+		e, g, err := c.acquire(ctx, key, time.Unix(0, after), background, co, candidate)
 		switch {
 		case err != nil && (errors.Is(err, errRemote) || errors.Is(err, errUnfenced)):
 			remoteUp = false
@@ -562,11 +565,9 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 				c.setLocal(key, e, gen)
 			}
 			return e, nil
-		default:
-			token, fence = g.Token, g.Fence
-			defer c.release(ctx, key, token)
-			stop := c.watchdog(ctx, key, token)
-			defer stop()
+		case g.Token != "":
+			held = c.hold(ctx, key, g)
+			defer c.endLease(ctx, held, nil, 0, nil) // unless the write-back ended it
 		}
 	}
 
@@ -599,9 +600,9 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 	if err != nil {
 		c.st.loadErrors.add(1)
 		if errors.Is(err, ErrNotFound) && c.cfg.NegativeTTL > 0 {
-			ttl := int64(c.cfg.NegativeTTL)
-			e := &entry[V]{soft: now + ttl, hard: now + ttl, negative: true}
-			c.store(ctx, key, e, token, fence, remoteUp, gen)
+			exp := addTime(now, c.cfg.NegativeTTL)
+			e := &entry[V]{soft: exp, hard: exp, negative: true}
+			c.store(ctx, key, e, held, remoteUp, gen)
 			return e, nil
 		}
 		if candidate != nil && staleOK && now < candidate.hard {
@@ -617,53 +618,58 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 	}
 	soft, hard := c.cfg.SoftTTL, c.cfg.HardTTL
 	if d.soft > 0 {
-		soft, hard = d.soft, max(d.hard, d.soft)
+		soft, hard = min(d.soft, MaxTTL), min(max(d.hard, d.soft), MaxTTL)
 	}
 	soft, hard = c.cfg.jitter.Pair(soft, hard, c.jitterDraw())
-	e.soft, e.hard = now+int64(soft), now+int64(hard)
-	c.store(ctx, key, e, token, fence, remoteUp, gen)
+	e.soft, e.hard = addTime(now, soft), addTime(now, hard)
+	c.store(ctx, key, e, held, remoteUp, gen)
 	return e, nil
 }
 
-// store writes a freshly loaded entry to the Store (fenced when it holds the
-// lease) and to the local tier, unless a newer write or an invalidation
-// happened since the load began.
-func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], token string, fence uint64, remoteUp bool, gen uint64) {
+// store puts a freshly loaded entry in the local tier and hands its remote
+// write, with the release of the lease when one is held, to the background,
+// so that the load's callers get the value as soon as the load returns.
+// Nothing is written to either tier when key was set or invalidated in this
+// process since gen was read: with a lease the fence would refuse the write,
+// without one this process's own order refuses it.
+func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *heldLease, remoteUp bool, gen uint64) {
+	var env []byte
 	if remoteUp {
-		env, err := c.encode(e)
-		if err != nil {
+		var err error
+		if env, err = c.encode(e); err != nil {
 			c.st.encodeErrors.add(1)
 			return // a value the codec cannot encode is served, not cached
 		}
-		rctx, cancel := c.remoteCtx(ctx)
-		defer cancel()
-		ttl := time.Duration(e.hard - c.clk.now())
-		if token != "" {
-			ok, err := c.cfg.Store.Write(rctx, key, env, fence, ttl)
-			c.remoteDone(rctx, err)
-			switch {
-			case err != nil:
-			case !ok:
-				c.st.fencedWrites.add(1)
-				if c.recorder != nil {
-					c.recorder.RecordLease(LeaseFenced, 0)
-				}
-				return // a newer write or an invalidation won: keep out of both tiers
-			default:
-				e.fence = fence
+		if held != nil {
+			e.fence.Store(held.fence)
+		}
+		if c.cfg.NearTTL > 0 {
+			e.near = addTime(c.clk.now(), c.cfg.NearTTL)
+		}
+	}
+	unfenced := env != nil && held == nil
+	if !c.publish(key, e, gen, unfenced) {
+		return
+	}
+	ttl := time.Duration(e.hard - c.clk.now())
+	switch {
+	case held != nil:
+		c.endLease(ctx, held, env, ttl, e)
+	case unfenced:
+		c.goBackground(func() {
+			defer c.gens.endWrite(key)
+			if ttl <= 0 {
+				return
 			}
-		} else {
+			rctx, cancel := c.remoteCtx(ctx)
+			defer cancel()
 			f, err := c.cfg.Store.Set(rctx, key, env, ttl)
 			c.remoteDone(rctx, err)
 			if err == nil {
-				e.fence = f
+				e.fence.Store(f)
 			}
-		}
-		if c.cfg.NearTTL > 0 {
-			e.near = c.clk.now() + int64(c.cfg.NearTTL)
-		}
+		})
 	}
-	c.setLocal(key, e, gen)
 }
 
 // remoteCtx bounds a remote call made on behalf of a load that may have used
@@ -745,9 +751,9 @@ func (c *Cache[V]) decode(env []byte) (*entry[V], bool) {
 		soft:     ev.Soft * int64(time.Millisecond),
 		hard:     ev.Hard * int64(time.Millisecond),
 		delta:    int64(ev.Delta),
-		fence:    ev.Fence,
 		negative: ev.Flags&envelope.FlagNegative != 0,
 	}
+	e.fence.Store(ev.Fence)
 	if !e.negative {
 		v, err := c.cfg.Codec.Unmarshal(ev.Value)
 		if err != nil {
@@ -757,7 +763,7 @@ func (c *Cache[V]) decode(env []byte) (*entry[V], bool) {
 		e.value = v
 	}
 	if c.cfg.NearTTL > 0 {
-		e.near = c.clk.now() + int64(c.cfg.NearTTL)
+		e.near = addTime(c.clk.now(), c.cfg.NearTTL)
 	}
 	return e, true
 }
@@ -782,24 +788,48 @@ func (c *Cache[V]) encode(e *entry[V]) ([]byte, error) {
 
 // setLocal puts e in the local tier unless key was set or invalidated since
 // gen was read.
-func (c *Cache[V]) setLocal(key string, e *entry[V], gen uint64) {
+func (c *Cache[V]) setLocal(key string, e *entry[V], gen uint64) { c.publish(key, e, gen, false) }
+
+// publish puts e in the local tier unless key was set or invalidated since
+// gen was read, and reports whether it did. With write, it also refuses
+// while a Set or Invalidate of key is running, and otherwise counts an
+// unfenced remote write of key as in flight, to be ended with endWrite.
+func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool {
 	s := c.gens.stripe(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n != gen {
-		return
+	if s.n != gen || write && s.changes[key] > 0 {
+		return false
+	}
+	if write {
+		if s.writes == nil {
+			s.writes = make(map[string]int)
+		}
+		s.writes[key]++
 	}
 	e.born = c.clk.now()
 	c.local.Set(key, e)
+	return true
 }
 
-// noticed handles a change notice from another replica.
+// unpublish drops e from the local tier if it is still key's entry there.
+func (c *Cache[V]) unpublish(key string, e *entry[V]) {
+	s := c.gens.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := c.local.GetIfPresent(key); ok && cur == e {
+		c.local.Invalidate(key)
+	}
+}
+
+// noticed handles a change notice from another replica: ("", 0) means
+// notices may have been lost.
 func (c *Cache[V]) noticed(key string, fence uint64) {
-	if key == "" {
+	if key == "" && fence == 0 {
 		c.trustFloor.Store(c.clk.now())
 		return
 	}
-	if e, ok := c.local.GetIfPresent(key); ok && e.fence < fence {
+	if e, ok := c.local.GetIfPresent(key); ok && e.fence.Load() < fence {
 		c.local.Invalidate(key)
 	}
 }
@@ -813,37 +843,43 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	}
 	now := c.clk.now()
 	soft, hard := c.cfg.jitter.Pair(c.cfg.SoftTTL, c.cfg.HardTTL, c.jitterDraw())
-	e := &entry[V]{value: v, soft: now + int64(soft), hard: now + int64(hard)}
-	var err error
+	e := &entry[V]{value: v, soft: addTime(now, soft), hard: addTime(now, hard)}
+	var env []byte
 	if c.cfg.Store != nil {
-		var env []byte
+		var err error
 		if env, err = c.encode(e); err != nil {
 			return fmt.Errorf("herd: encode %q: %w", key, err)
 		}
+	}
+	// The Store is written first and the local tier after, both inside the
+	// change, so that no load of key that began before Set returns can write
+	// either tier afterwards.
+	c.gens.beginChange(key, nil)
+	var err error
+	if c.cfg.Store != nil {
 		var f uint64
 		if !c.brk.allow() {
 			err = fmt.Errorf("%w: set %q: breaker open", ErrDegraded, key)
-		} else if f, err = c.cfg.Store.Set(ctx, key, env, time.Duration(hard)); err != nil {
+		} else if f, err = c.cfg.Store.Set(ctx, key, env, hard); err != nil {
 			c.remoteDone(ctx, err)
 			err = fmt.Errorf("%w: set %q: %w", ErrDegraded, key, err)
 		} else {
 			c.remoteDone(ctx, nil)
-			e.fence = f
+			e.fence.Store(f)
 			if c.cfg.NearTTL > 0 {
-				e.near = c.clk.now() + int64(c.cfg.NearTTL)
+				e.near = addTime(c.clk.now(), c.cfg.NearTTL)
 			}
 		}
 	}
-	s := c.gens.stripe(key)
-	s.mu.Lock()
-	s.n++
-	if err == nil {
-		e.born = c.clk.now()
-		c.local.Set(key, e)
-	} else {
-		c.local.Invalidate(key)
-	}
-	s.mu.Unlock()
+	c.gens.endChange(key, func() {
+		if err == nil {
+			e.born = c.clk.now()
+			c.local.Set(key, e)
+		} else {
+			c.local.Invalidate(key)
+		}
+	})
+	c.flights.Forget(key)
 	return err
 }
 
@@ -858,28 +894,48 @@ func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	s := c.gens.stripe(key)
-	s.mu.Lock()
-	s.n++
-	c.local.Invalidate(key)
-	s.mu.Unlock()
+	drop := func() { c.local.Invalidate(key) }
+	c.gens.beginChange(key, drop)
 	c.flights.Forget(key)
+	var err error
 	if c.cfg.Store != nil {
 		if !c.brk.allow() {
-			return fmt.Errorf("%w: invalidate %q: breaker open", ErrDegraded, key)
-		}
-		err := c.cfg.Store.Invalidate(ctx, key)
-		c.remoteDone(ctx, err)
-		if err != nil {
-			return fmt.Errorf("%w: invalidate %q: %w", ErrDegraded, key, err)
+			err = fmt.Errorf("%w: invalidate %q: breaker open", ErrDegraded, key)
+		} else if err = c.cfg.Store.Invalidate(ctx, key); err != nil {
+			c.remoteDone(ctx, err)
+			err = fmt.Errorf("%w: invalidate %q: %w", ErrDegraded, key, err)
+		} else {
+			c.remoteDone(ctx, nil)
 		}
 	}
-	return nil
+	// A read of the Store made while it still held the old value may have
+	// put that value back in the local tier, or started a flight that would
+	// hand it out: the change ends by dropping both again.
+	c.gens.endChange(key, drop)
+	c.flights.Forget(key)
+	return err
 }
 
-// Close stops background refreshes, cancels running loads and stops every
-// goroutine the cache started, waiting for them until ctx ends. Calls after
-// Close return [ErrClosed].
+// goBackground runs fn on a goroutine of its own that Close waits for; on a
+// closed cache it runs fn on the caller's goroutine.
+func (c *Cache[V]) goBackground(fn func()) {
+	c.mu.RLock()
+	if c.closed.Load() {
+		c.mu.RUnlock()
+		fn()
+		return
+	}
+	c.bg.Add(1)
+	c.mu.RUnlock()
+	go func() {
+		defer c.bg.Done()
+		fn()
+	}()
+}
+
+// Close stops background refreshes, cancels running loads, waits for the
+// write-backs of finished loads and stops every goroutine the cache started,
+// waiting for them until ctx ends. Calls after Close return [ErrClosed].
 func (c *Cache[V]) Close(ctx context.Context) error {
 	c.mu.Lock()
 	already := c.closed.Swap(true)
@@ -905,10 +961,16 @@ func (c *Cache[V]) Close(ctx context.Context) error {
 	}
 }
 
-// generations fences the local tier: Set and Invalidate bump the generation
-// of their key's stripe, and a load started under an older generation does
-// not write to the local tier. Keys share stripes, so an unrelated write can
-// keep a value out of the local tier, never let an old one in.
+// generations order the tiers' writes against Set and Invalidate. Set and
+// Invalidate bump the generation of their key's stripe when they begin and
+// when they end, and a load that read an older generation writes neither
+// tier. Keys share stripes, so an unrelated change can keep a value out of
+// the local tier, never let an old one in.
+//
+// A load without a lease writes the Store unfenced, so the order of those
+// writes is kept here too: while a Set or Invalidate of key runs, no such
+// write of key starts, and it begins only once every one in flight has
+// landed.
 type generations struct {
 	seed    maphash.Seed
 	stripes [256]genStripe
@@ -917,7 +979,12 @@ type generations struct {
 type genStripe struct {
 	mu sync.Mutex
 	n  uint64 // guarded by mu
-	_  [48]byte
+	// writes counts, by key, the unfenced remote writes in flight, and
+	// changes the Sets and Invalidates running; guarded by mu, nil until
+	// first used, and a key is deleted when its count drops to zero.
+	writes, changes map[string]int
+	// idle is signalled when a key's writes drop to zero; its L is &mu.
+	idle sync.Cond
 }
 
 func (g *generations) stripe(key string) *genStripe {
@@ -929,4 +996,53 @@ func (g *generations) get(key string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.n
+}
+
+// beginChange starts a Set or Invalidate of key: it bumps the generation,
+// runs fn (if not nil) under the stripe's lock, and returns once no unfenced
+// remote write of key is in flight. Each call is ended by endChange.
+func (g *generations) beginChange(key string, fn func()) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if s.changes == nil {
+		s.changes = make(map[string]int)
+	}
+	s.changes[key]++
+	if fn != nil {
+		fn()
+	}
+	for s.writes[key] > 0 {
+		if s.idle.L == nil {
+			s.idle.L = &s.mu
+		}
+		s.idle.Wait()
+	}
+}
+
+// endChange ends a change begun by beginChange: it bumps the generation
+// again and runs fn under the stripe's lock.
+func (g *generations) endChange(key string, fn func()) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if s.changes[key]--; s.changes[key] == 0 {
+		delete(s.changes, key)
+	}
+	fn()
+}
+
+// endWrite ends an unfenced remote write of key counted by publish.
+func (g *generations) endWrite(key string) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writes[key]--; s.writes[key] == 0 {
+		delete(s.writes, key)
+		if s.idle.L != nil {
+			s.idle.Broadcast()
+		}
+	}
 }

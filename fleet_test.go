@@ -1040,11 +1040,13 @@ func TestFleetWatchdogStopsAtLoadTimeout(t *testing.T) {
 		if res := <-resA; res.err != nil || res.v != 1 {
 			t.Fatalf("A got %d, %v; want its own 1, nil", res.v, res.err)
 		}
+		synctest.Wait() // A's write-back runs in the background
 		if n := a.Stats().FencedWrites; n != 1 {
 			t.Errorf("A's FencedWrites = %d, want 1", n)
 		}
-		synctest.Wait()
 		fleetMustGet(t, fleetReplica(t, r, nil), "k", nil, 2)
+		// The refused write dropped the copy A's load had put locally.
+		fleetMustGet(t, a, "k", nil, 2)
 	})
 }
 

@@ -109,12 +109,59 @@ func (c *Cache[V]) acquire(ctx context.Context, key string, after time.Time, bac
 	}
 }
 
-// release gives up the lease and announces completion, on a context of its
-// own so that it runs even when the load used up its time.
-func (c *Cache[V]) release(ctx context.Context, key, token string) {
-	rctx, cancel := c.remoteCtx(ctx)
-	defer cancel()
-	c.remoteDone(rctx, c.cfg.Lease.Release(rctx, key, token))
+// heldLease is a lease this replica took for one load of key. It owns the
+// watchdog that extends the lease while the load runs and the release that
+// ends it, once: with the value's write-back, or alone.
+type heldLease struct {
+	key, token string
+	fence      uint64
+	stop       func() // stops the watchdog; nil once ended
+}
+
+// hold starts the watchdog of the lease that g grants on key.
+func (c *Cache[V]) hold(ctx context.Context, key string, g Grant) *heldLease {
+	return &heldLease{key: key, token: g.Token, fence: g.Fence, stop: c.watchdog(ctx, key, g.Token)}
+}
+
+// endLease stops h's watchdog and, in the background, writes env under h's
+// fence for ttl (when env is not nil) and releases the lease: one call when
+// the Lease is a [WriteReleaser]. A refused write drops e, the entry the
+// load put in the local tier, if it is still there. Later calls do nothing.
+func (c *Cache[V]) endLease(ctx context.Context, h *heldLease, env []byte, ttl time.Duration, e *entry[V]) {
+	if h == nil || h.stop == nil {
+		return
+	}
+	h.stop()
+	h.stop = nil
+	if ttl <= 0 {
+		env = nil // expired already: nothing worth writing
+	}
+	c.goBackground(func() {
+		rctx, cancel := c.remoteCtx(ctx)
+		defer cancel()
+		if env == nil {
+			c.remoteDone(rctx, c.cfg.Lease.Release(rctx, h.key, h.token))
+			return
+		}
+		wrote, err := c.writeRelease(rctx, h, env, ttl)
+		c.remoteDone(rctx, err)
+		if err == nil && !wrote {
+			c.unpublish(h.key, e) // a newer write or an invalidation won
+			c.st.fencedWrites.add(1)
+			if c.recorder != nil {
+				c.recorder.RecordLease(LeaseFenced, 0)
+			}
+		}
+	})
+}
+
+// writeRelease writes env under h's fence and releases h.
+func (c *Cache[V]) writeRelease(ctx context.Context, h *heldLease, env []byte, ttl time.Duration) (bool, error) {
+	if wr, ok := c.cfg.Lease.(WriteReleaser); ok {
+		return wr.WriteRelease(ctx, h.key, env, h.fence, ttl, h.token)
+	}
+	wrote, err := c.cfg.Store.Write(ctx, h.key, env, h.fence, ttl)
+	return wrote, errors.Join(err, c.cfg.Lease.Release(ctx, h.key, h.token))
 }
 
 // watchdog extends the lease every LeaseTTL/3 while the load runs, each

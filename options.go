@@ -1,6 +1,7 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -192,6 +193,11 @@ func DefaultOptions[V any]() *Options[V] {
 	}
 }
 
+// MaxTTL is the longest duration any field of [Options] accepts: 100 years
+// of 365 days. Every time the cache computes saturates, so no TTL, timeout or
+// backoff within it can wrap around.
+const MaxTTL = 100 * 365 * 24 * time.Hour
+
 // config is Options after validation, with defaults resolved.
 type config[V any] struct {
 	Options[V]
@@ -206,69 +212,59 @@ func (o *Options[V]) validate() (config[V], error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("herd: "+format, args...))
 	}
+	for _, d := range []struct {
+		name     string
+		v        time.Duration
+		positive bool // zero is refused too
+	}{
+		{"SoftTTL", o.SoftTTL, true},
+		{"HardTTL", o.HardTTL, false},
+		{"NegativeTTL", o.NegativeTTL, false},
+		{"LoadTimeout", o.LoadTimeout, false},
+		{"RefreshBackoff", o.RefreshBackoff, false},
+		{"NearTTL", o.NearTTL, false},
+		{"LeaseTTL", o.LeaseTTL, o.Lease != nil},
+		{"LeaseWait", o.LeaseWait, false},
+		{"BreakerCooldown", o.BreakerCooldown, o.BreakerThreshold > 0},
+	} {
+		switch {
+		case d.positive && d.v <= 0:
+			bad("%s must be positive, got %v", d.name, d.v)
+		case d.v < 0:
+			bad("%s must not be negative, got %v", d.name, d.v)
+		case d.v > MaxTTL:
+			bad("%s must not exceed MaxTTL (%v), got %v", d.name, MaxTTL, d.v)
+		}
+	}
 	if o.MaxEntries <= 0 {
 		bad("MaxEntries must be positive, got %d", o.MaxEntries)
 	}
-	if o.SoftTTL <= 0 {
-		bad("SoftTTL must be positive, got %v", o.SoftTTL)
-	}
-	if o.HardTTL == 0 {
-		c.HardTTL = o.SoftTTL
-	} else if o.HardTTL < o.SoftTTL {
+	if o.HardTTL != 0 && o.HardTTL < o.SoftTTL {
 		bad("HardTTL (%v) must not be shorter than SoftTTL (%v)", o.HardTTL, o.SoftTTL)
 	}
 	j, err := jitter.New(o.Jitter)
 	if err != nil {
 		bad("Jitter: %v", err)
 	}
-	c.jitter = j
 	if o.Beta < 0 || math.IsNaN(o.Beta) || math.IsInf(o.Beta, 0) {
 		bad("Beta must be a finite number >= 0, got %v", o.Beta)
 	}
-	if o.NegativeTTL < 0 {
-		bad("NegativeTTL must not be negative, got %v", o.NegativeTTL)
-	}
-	if o.LoadTimeout < 0 {
-		bad("LoadTimeout must not be negative, got %v", o.LoadTimeout)
-	} else if o.LoadTimeout == 0 {
-		c.LoadTimeout = defaultLoadTimeout
-	}
-	if o.RefreshBackoff < 0 {
-		bad("RefreshBackoff must not be negative, got %v", o.RefreshBackoff)
-	}
-	if o.NearTTL < 0 {
-		bad("NearTTL must not be negative, got %v", o.NearTTL)
-	}
-	if o.Lease != nil {
-		if o.Store == nil {
-			bad("a Lease needs a Store")
-		}
-		if o.LeaseTTL <= 0 {
-			bad("LeaseTTL must be positive with a Lease, got %v", o.LeaseTTL)
-		}
-	}
-	if o.LeaseTTL < 0 {
-		bad("LeaseTTL must not be negative, got %v", o.LeaseTTL)
-	}
-	if o.LeaseWait < 0 {
-		bad("LeaseWait must not be negative, got %v", o.LeaseWait)
-	} else if o.LeaseWait == 0 {
-		c.LeaseWait = o.LeaseTTL
+	if o.Lease != nil && o.Store == nil {
+		bad("a Lease needs a Store")
 	}
 	if o.HotKeys < 0 {
 		bad("HotKeys must not be negative, got %d", o.HotKeys)
 	}
 	if o.BreakerThreshold < 0 {
 		bad("BreakerThreshold must not be negative, got %d", o.BreakerThreshold)
-	} else if o.BreakerThreshold > 0 && o.BreakerCooldown <= 0 {
-		bad("BreakerCooldown must be positive with a BreakerThreshold, got %v", o.BreakerCooldown)
-	}
-	if o.BreakerCooldown < 0 {
-		bad("BreakerCooldown must not be negative, got %v", o.BreakerCooldown)
 	}
 	if o.OnLeaseHeld > FailFast {
 		bad("unknown OnLeaseHeld policy %d", o.OnLeaseHeld)
 	}
+	c.jitter = j
+	c.HardTTL = cmp.Or(o.HardTTL, o.SoftTTL)
+	c.LoadTimeout = cmp.Or(o.LoadTimeout, defaultLoadTimeout)
+	c.LeaseWait = cmp.Or(o.LeaseWait, o.LeaseTTL)
 	if o.Codec == nil {
 		c.Codec = DefaultCodec[V]()
 	}

@@ -10,9 +10,14 @@ import (
 //
 // An envelope's fence field is the fence it was written under; Store writes it.
 // A key that was never fenced has fence 0. Keys are the encoded keys a [Cache]
-// is given; an implementation may prefix them. An empty key, a ttl that is not
-// positive and an envelope that does not decode are errors that change
-// nothing, fence included. Expiries are compared at millisecond resolution.
+// is given, the empty key included; an implementation may prefix them. A ttl
+// that is not positive and an envelope that does not decode are errors that
+// wrap [ErrRejected] and change nothing, fence included. Expiries are
+// compared at millisecond resolution.
+//
+// The cache's breaker counts every error of a Store or Lease call as a sign
+// that the tier is unhealthy, except the caller's own context ending and
+// errors that wrap [ErrRejected].
 // Implementations must be safe for concurrent use.
 type Store interface {
 	// Load returns the envelope stored under key, or nil and no error when
@@ -40,8 +45,11 @@ type Lease interface {
 	// (Grant.Token, Grant.Fence); or, when another holder has the lease, how long
 	// that lease has left (Grant.HeldFor).
 	//
-	// A stored envelope counts as fresh when its soft expiry is later than both
-	// now and after. A miss passes the zero time; an early refresh passes the
+	// A stored envelope counts as fresh when it decodes and its soft expiry
+	// is later than both the tier's clock and after; one that does not decode
+	// counts as absent. A miss passes the replica's own clock, so that a
+	// replica whose clock runs ahead of the tier's is given the lease rather
+	// than a value it finds stale; a refresh passes the later of that and the
 	// soft expiry of the value it is replacing, so that only a value someone
 	// else refreshed meanwhile stops it.
 	Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (Grant, error)
@@ -56,6 +64,16 @@ type Lease interface {
 	// the call may be missed while the implementation starts listening:
 	// callers re-read after a bounded wait rather than waiting forever.
 	Wait(ctx context.Context, key string) error
+}
+
+// WriteReleaser is implemented by a [Lease] that can end a load in one call:
+// the write of its value under the lease's fence and the release of the
+// lease, which a lease holder makes together when its load returns.
+type WriteReleaser interface {
+	// WriteRelease does what [Store.Write] (key, env, fence, ttl) and then
+	// [Lease.Release] (key, token) do, and reports whether it wrote; the
+	// release and its announcement happen whether or not it wrote.
+	WriteRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error)
 }
 
 // Grant is the outcome of [Lease.Acquire]. Exactly one of Value, Token or
@@ -78,9 +96,10 @@ type Grant struct {
 // Notices can be lost; NearTTL bounds the staleness that follows.
 type Notifier interface {
 	// Subscribe calls fn, on one goroutine, with each key that any replica
-	// wrote, set or invalidated and the fence of that change, until stop is
-	// called. A replica drops its local copy of key when the copy's fence is
-	// older. An empty key means any key may have changed (a notice may have
-	// been missed): drop everything.
+	// wrote, set or invalidated and the fence of that change (at least 1),
+	// until stop is called. A replica drops its local copy of key when the
+	// copy's fence is older. ("", 0) means any key may have changed (a notice
+	// may have been missed): drop everything. ("", f) with f ≥ 1 is a change
+	// of the empty key.
 	Subscribe(fn func(key string, fence uint64)) (stop func())
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -220,7 +221,8 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 
 	// Measuring from the group's base reads only the monotonic clock.
 	c.base = &g.base
-	c.deadline = time.Since(g.base) + timeout
+	c.deadline = time.Since(g.base)
+	c.deadline += min(timeout, math.MaxInt64-c.deadline) // saturates
 	if g.OnStart != nil {
 		g.OnStart(key)
 	}

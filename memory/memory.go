@@ -70,9 +70,10 @@ type Stats struct {
 }
 
 var (
-	_ herd.Store    = (*Remote)(nil)
-	_ herd.Lease    = (*Remote)(nil)
-	_ herd.Notifier = (*Remote)(nil)
+	_ herd.Store         = (*Remote)(nil)
+	_ herd.Lease         = (*Remote)(nil)
+	_ herd.WriteReleaser = (*Remote)(nil)
+	_ herd.Notifier      = (*Remote)(nil)
 )
 
 // New returns an empty, healthy Remote.
@@ -139,6 +140,11 @@ func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
 func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.write(ctx, key, env, fence, ttl)
+}
+
+// write is Write with r.mu held.
+func (r *Remote) write(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration) (bool, error) {
 	if err := r.check(ctx, "write", key); err != nil {
 		return false, err
 	}
@@ -160,6 +166,19 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 	r.stats.Writes++
 	r.notify(key, fence)
 	return true, nil
+}
+
+// WriteRelease does what Write and then Release do, atomically, and reports
+// whether it wrote. The release and its announcement happen whether or not
+// it wrote, and even when the write is an error.
+func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wrote, err := r.write(ctx, key, env, fence, ttl)
+	if rerr := r.release(ctx, key, token); rerr != nil {
+		return wrote, rerr
+	}
+	return wrote, err
 }
 
 // Set advances key's fence, stores a copy of env under the new fence for ttl,
@@ -226,8 +245,8 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	now := time.Now()
 	e := r.entry(key, now, true)
 	if e.value != nil {
-		soft, ok := envelope.PeekSoft(e.value)
-		if ok && soft > now.UnixMilli() && soft > after.UnixMilli() {
+		ev, err := envelope.Decode(e.value)
+		if err == nil && ev.Soft > now.UnixMilli() && ev.Soft > after.UnixMilli() {
 			r.stats.AcquireValue++
 			return herd.Grant{Value: bytes.Clone(e.value)}, nil
 		}
@@ -272,6 +291,11 @@ func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duratio
 func (r *Remote) Release(ctx context.Context, key, token string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.release(ctx, key, token)
+}
+
+// release is Release with r.mu held.
+func (r *Remote) release(ctx context.Context, key, token string) error {
 	if err := r.check(ctx, "release", key); err != nil {
 		return err
 	}
@@ -313,13 +337,11 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 	}
 }
 
-// check returns the error that refuses a call: an empty key, an ended ctx or
-// a down remote. r.mu is held.
+// check returns the error that refuses a call: an ended ctx or a down
+// remote. r.mu is held.
 func (r *Remote) check(ctx context.Context, op, key string) error {
 	var err error
 	switch {
-	case key == "":
-		err = fmt.Errorf("memory: %s: empty key", op)
 	case ctx.Err() != nil:
 		err = fmt.Errorf("memory: %s %q: %w", op, key, ctx.Err())
 	case r.down != nil:
@@ -338,7 +360,7 @@ func (r *Remote) canAdvance(e *entry, op, key string) error {
 		return nil
 	}
 	r.stats.Failures++
-	return fmt.Errorf("memory: %s %q: fence %d cannot advance", op, key, e.fence)
+	return fmt.Errorf("memory: %s %q: fence %d cannot advance: %w", op, key, e.fence, herd.ErrRejected)
 }
 
 // checkTTL refuses a ttl that is not positive. r.mu is held.
@@ -347,7 +369,7 @@ func (r *Remote) checkTTL(ttl time.Duration, op, key string) error {
 		return nil
 	}
 	r.stats.Failures++
-	return fmt.Errorf("memory: %s %q: ttl %v is not positive", op, key, ttl)
+	return fmt.Errorf("memory: %s %q: ttl %v is not positive: %w", op, key, ttl, herd.ErrRejected)
 }
 
 // prepare checks env and ttl and returns a private copy of env. r.mu is held.
@@ -357,7 +379,7 @@ func (r *Remote) prepare(env []byte, ttl time.Duration, op, key string) ([]byte,
 	}
 	if _, err := envelope.Decode(env); err != nil {
 		r.stats.Failures++
-		return nil, fmt.Errorf("memory: %s %q: %w", op, key, err)
+		return nil, fmt.Errorf("memory: %s %q: %w: %w", op, key, herd.ErrRejected, err)
 	}
 	return bytes.Clone(env), nil
 }
@@ -367,7 +389,7 @@ func (r *Remote) prepare(env []byte, ttl time.Duration, op, key string) ([]byte,
 func (r *Remote) store(e *entry, v []byte, fence uint64, hard time.Time, key string) error {
 	if err := envelope.SetFence(v, fence); err != nil {
 		r.stats.Failures++
-		return fmt.Errorf("memory: store %q: %w", key, err)
+		return fmt.Errorf("memory: store %q: %w: %w", key, herd.ErrRejected, err)
 	}
 	e.value, e.hard = v, hard
 	return nil

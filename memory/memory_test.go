@@ -164,10 +164,11 @@ func TestStats(t *testing.T) {
 	_, _ = r.Load(ctx, "k")                                      // Loads
 	_, _ = r.Set(ctx, "k", env, time.Hour)                       // Sets
 	_ = r.Invalidate(ctx, "k")                                   // Invalidates
-	_, _ = r.Load(ctx, "")                                       // Failures
+	_, _ = r.Load(ctx, "")                                       // Loads: "" is a key
+	_, _ = r.Set(ctx, "k", env, 0)                               // Failures
 
 	want := Stats{
-		Loads: 1, Writes: 1, RefusedWrites: 1, Sets: 1, Invalidates: 1,
+		Loads: 2, Writes: 1, RefusedWrites: 1, Sets: 1, Invalidates: 1,
 		AcquireValue: 1, AcquireLease: 1, AcquireHeld: 1,
 		Extends: 1, Releases: 1, Announces: 2, Failures: 2,
 	}

@@ -134,9 +134,10 @@ type Remote struct {
 }
 
 var (
-	_ herd.Store    = (*Remote)(nil)
-	_ herd.Lease    = (*Remote)(nil)
-	_ herd.Notifier = (*Remote)(nil)
+	_ herd.Store         = (*Remote)(nil)
+	_ herd.Lease         = (*Remote)(nil)
+	_ herd.WriteReleaser = (*Remote)(nil)
+	_ herd.Notifier      = (*Remote)(nil)
 )
 
 // New returns a Remote over o.Client and subscribes it to the notice
@@ -227,16 +228,19 @@ var (
 	writeScript      = script("write")
 	setScript        = script("set")
 	invalidateScript = script("invalidate")
-	extendScript     = script("extend")
-	releaseScript    = script("release")
+	extendScript       = script("extend")
+	releaseScript      = script("release")
+	writeReleaseScript = script("writerelease")
 )
 
 //go:embed scripts/*.lua
 var scripts embed.FS
 
 func script(name string) *redis.Script {
-	prelude := fmt.Sprintf("local VERSION, SOFT, FENCE, HEADER, MAXFENCE = %d, %d, %d, %d, %d\n",
-		envelope.Version, envelope.SoftOffset, envelope.FenceOffset, envelope.HeaderSize, uint64(envelope.MaxFence))
+	prelude := fmt.Sprintf("local VERSION, FLAGS, SOFT, HARD, DELTA, FENCE, HEADER = %d, %d, %d, %d, %d, %d, %d\n"+
+		"local KNOWNFLAGS1, MAXEXPIRY, MAXFENCE = %d, %d, %d\n",
+		envelope.Version, envelope.FlagsOffset, envelope.SoftOffset, envelope.HardOffset, envelope.DeltaOffset,
+		envelope.FenceOffset, envelope.HeaderSize, envelope.KnownFlags+1, int64(envelope.MaxExpiry), uint64(envelope.MaxFence))
 	return redis.NewScript(prelude + embedded("lib") + embedded(name))
 }
 
@@ -286,6 +290,32 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 	if err != nil {
 		return false, fail("write", key, err)
 	}
+	return wrote == 1, nil
+}
+
+// WriteRelease does what Write and then Release do, in one script (one round
+// trip): it stores env under fence if fence is still key's current fence,
+// then drops key's lease if token still holds it, and in any case announces
+// the completion. It reports whether it wrote.
+func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error) {
+	ms, err := r.prepare("write-release", key, env, ttl)
+	if err != nil {
+		return false, err
+	}
+	if fence > envelope.MaxFence {
+		return false, r.Release(ctx, key, token) // no key's fence gets there
+	}
+	n := r.space.Names(key)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	wrote, err := writeReleaseScript.Run(ctx, r.client, []string{n.Value, n.Fence, n.Lease},
+		strconv.FormatUint(fence, 10), ms, env, r.channel, key, token, r.id).Int64()
+	if err != nil {
+		return false, fail("write-release", key, err)
+	}
+	r.mu.Lock()
+	r.wake(key)
+	r.mu.Unlock()
 	return wrote == 1, nil
 }
 
@@ -577,7 +607,7 @@ const originLen = 16
 type message struct {
 	kind   byte
 	origin string // the announcing Remote's id; completions only
-	key    string // never empty
+	key    string // may be empty: "" is a key
 	fence  uint64 // changes only
 }
 
@@ -591,16 +621,16 @@ func parseNotice(p string) (message, bool) {
 	switch p[0] {
 	case changeNotice:
 		i := strings.IndexByte(p, ':')
-		if i < 2 || i == len(p)-1 || p[1] == '0' && i > 2 { // canonical digits only
+		if i < 2 || p[1] == '0' && i > 2 { // canonical digits only
 			return message{}, false
 		}
 		f, err := strconv.ParseUint(p[1:i], 10, 64)
-		if err != nil || f > envelope.MaxFence {
+		if err != nil || f == 0 || f > envelope.MaxFence { // a change advances the fence past 0
 			return message{}, false
 		}
 		return message{kind: changeNotice, key: p[i+1:], fence: f}, true
 	case doneNotice:
-		if len(p) <= 1+originLen {
+		if len(p) < 1+originLen {
 			return message{}, false
 		}
 		return message{kind: doneNotice, origin: p[1 : 1+originLen], key: p[1+originLen:]}, true
@@ -608,12 +638,9 @@ func parseNotice(p string) (message, bool) {
 	return message{}, false
 }
 
-// check refuses a call with an empty key, or on a closed Remote.
+// check refuses a call on a closed Remote.
 func (r *Remote) check(op, key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("redisstore: %s: empty key", op)
-	case r.closed.Load():
+	if r.closed.Load() {
 		return fmt.Errorf("redisstore: %s %q: %w", op, key, ErrClosed)
 	}
 	return nil
@@ -629,7 +656,7 @@ func (r *Remote) prepare(op, key string, env []byte, ttl time.Duration) (int64, 
 		return 0, err
 	}
 	if _, err := envelope.Decode(env); err != nil {
-		return 0, fmt.Errorf("redisstore: %s %q: %w", op, key, err)
+		return 0, fmt.Errorf("redisstore: %s %q: %w: %w", op, key, herd.ErrRejected, err)
 	}
 	return ms, nil
 }
@@ -638,7 +665,7 @@ func (r *Remote) prepare(op, key string, env []byte, ttl time.Duration) (int64, 
 // milliseconds), or an error if ttl is not positive.
 func millis(op, key string, ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
-		return 0, fmt.Errorf("redisstore: %s %q: ttl %v is not positive", op, key, ttl)
+		return 0, fmt.Errorf("redisstore: %s %q: ttl %v is not positive: %w", op, key, ttl, herd.ErrRejected)
 	}
 	ms := ttl / time.Millisecond
 	if ttl%time.Millisecond != 0 {
@@ -647,7 +674,20 @@ func millis(op, key string, ttl time.Duration) (int64, error) {
 	return int64(ms), nil
 }
 
+// fail wraps the error of a Redis call. An error reply about this call's key
+// alone wraps [herd.ErrRejected], so that it does not count against the
+// server's health: herd's own script errors (a fence key that holds no
+// fence), WRONGTYPE (a key of herd's overwritten by another type) and a
+// script that failed on the key's bytes. Transport errors, timeouts and
+// server-wide replies (LOADING, READONLY, CLUSTERDOWN, OOM, …) do count.
 func fail(op, key string, err error) error {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		msg := reply.Error()
+		if strings.HasPrefix(msg, "HERD ") || strings.HasPrefix(msg, "WRONGTYPE ") || strings.HasPrefix(msg, "ERR user_script:") {
+			return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, herd.ErrRejected, err)
+		}
+	}
 	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
 }
 

@@ -31,10 +31,12 @@ const (
 // a remote that may be shared with other subtests: every key a subtest uses
 // holds its name, so they never collide.
 //
-// Beyond what the interfaces say, Run holds a tier to these rules: an empty
-// key, a ttl that is not positive, and an envelope that does not decode are
-// errors that change nothing; a Write under the fence of a key that was never
-// fenced (fence 0) stores.
+// Beyond what the interfaces say, Run holds a tier to these rules: the empty
+// key is a key like any other; a ttl that is not positive and an envelope
+// that does not decode are errors that wrap [herd.ErrRejected] and change
+// nothing; a Write under the fence of a key that was never fenced (fence 0)
+// stores. When the Lease is a [herd.WriteReleaser], Run checks WriteRelease
+// too.
 func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	for _, tc := range []struct {
 		name string
@@ -58,6 +60,8 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 		{"ConcurrentAcquire", testConcurrentAcquire},
 		{"CorruptEnvelope", testCorruptEnvelope},
 		{"BadInput", testBadInput},
+		{"EmptyKey", testEmptyKey},
+		{"WriteRelease", testWriteRelease},
 		{"Notifier", testNotifier},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -619,40 +623,99 @@ func testBadInput(t *testing.T, s herd.Store, l herd.Lease) {
 	ctx := t.Context()
 	k := key(t, "k")
 	v := fresh("v")
+	rejected := func(call string, err error) {
+		t.Helper()
+		if !errors.Is(err, herd.ErrRejected) {
+			t.Errorf("%s = %v, want an error wrapping herd.ErrRejected", call, err)
+		}
+	}
 	for _, ttl := range []time.Duration{0, -time.Second} {
-		if ok, err := s.Write(ctx, k, v, 0, ttl); err == nil {
-			t.Errorf("Write(ttl %v) = %v, nil; want an error", ttl, ok)
-		}
-		if f, err := s.Set(ctx, k, v, ttl); err == nil {
-			t.Errorf("Set(ttl %v) = %d, nil; want an error", ttl, f)
-		}
-		if g, err := l.Acquire(ctx, k, ttl, time.Time{}); err == nil {
-			t.Errorf("Acquire(ttl %v) = %+v, nil; want an error", ttl, g)
-		}
+		_, err := s.Write(ctx, k, v, 0, ttl)
+		rejected(fmt.Sprintf("Write(ttl %v)", ttl), err)
+		_, err = s.Set(ctx, k, v, ttl)
+		rejected(fmt.Sprintf("Set(ttl %v)", ttl), err)
+		_, err = l.Acquire(ctx, k, ttl, time.Time{})
+		rejected(fmt.Sprintf("Acquire(ttl %v)", ttl), err)
 	}
 	wantLoad(t, s, k, nil)
 	g := lease(t, l, k, longTTL)
-	if ok, err := l.Extend(ctx, k, g.Token, 0); err == nil {
-		t.Errorf("Extend(ttl 0) = %v, nil; want an error", ok)
-	}
+	_, err := l.Extend(ctx, k, g.Token, 0)
+	rejected("Extend(ttl 0)", err)
+	_, err = s.Write(ctx, k, []byte("junk"), g.Fence, longTTL)
+	rejected("Write(junk)", err)
 	if !write(t, s, k, v, g.Fence, longTTL) {
 		t.Fatal("a rejected call advanced the fence")
 	}
+}
 
-	if b, err := s.Load(ctx, ""); err == nil {
-		t.Errorf("Load(\"\") = %q, nil; want an error", b)
+// testEmptyKey checks that "" is a key like any other: it may be what
+// herd.Key returns.
+func testEmptyKey(t *testing.T, s herd.Store, l herd.Lease) {
+	const k = ""
+	invalidate(t, s, k) // another run may have left a value
+	wantLoad(t, s, k, nil)
+	g := lease(t, l, k, longTTL)
+	v := fresh("empty")
+	if !write(t, s, k, v, g.Fence, longTTL) {
+		t.Fatal("Write(\"\") under its fence refused")
 	}
-	if ok, err := s.Write(ctx, "", v, 0, longTTL); err == nil {
-		t.Errorf("Write(\"\") = %v, nil; want an error", ok)
+	release(t, l, k, g.Token)
+	wantLoad(t, s, k, fenced(t, v, g.Fence))
+	if got := acquire(t, l, k, longTTL); !bytes.Equal(got.Value, fenced(t, v, g.Fence)) {
+		t.Fatalf("Acquire(\"\") = %+v, want the fresh value", got)
 	}
-	if f, err := s.Set(ctx, "", v, longTTL); err == nil {
-		t.Errorf("Set(\"\") = %d, nil; want an error", f)
+	f := set(t, s, k, fresh("set"), longTTL)
+	if f <= g.Fence {
+		t.Fatalf("Set(\"\") fence %d, want above %d", f, g.Fence)
 	}
-	if err := s.Invalidate(ctx, ""); err == nil {
-		t.Error("Invalidate(\"\") = nil, want an error")
+	invalidate(t, s, k)
+	wantLoad(t, s, k, nil)
+}
+
+func testWriteRelease(t *testing.T, s herd.Store, l herd.Lease) {
+	wr, ok := l.(herd.WriteReleaser)
+	if !ok {
+		t.Logf("%T does not implement herd.WriteReleaser: nothing to check", l)
+		return
 	}
-	if g, err := l.Acquire(ctx, "", longTTL, time.Time{}); err == nil {
-		t.Errorf("Acquire(\"\") = %+v, nil; want an error", g)
+	ctx := t.Context()
+	k := key(t, "k")
+	v := fresh("v")
+	g := lease(t, l, k, longTTL)
+	wctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	woken := make(chan error, 1)
+	go func() { woken <- l.Wait(wctx, k) }()
+	// Wait may start listening after the call below: an announcement it
+	// misses leaves it to time out, which fails the test only if none came.
+	if wrote, err := wr.WriteRelease(ctx, k, v, g.Fence, longTTL, g.Token); err != nil || !wrote {
+		t.Fatalf("WriteRelease under the held fence = %v, %v; want true", wrote, err)
+	}
+	wantLoad(t, s, k, fenced(t, v, g.Fence))
+	// The lease is gone: past the value's soft expiry, the next Acquire
+	// takes it rather than finding it held.
+	if next := acquireAfter(t, l, k, longTTL, time.Now().Add(time.Hour)); next.Token == "" {
+		t.Fatalf("Acquire after WriteRelease = %+v, want the lease: WriteRelease did not release", next)
+	} else if wrote, err := wr.WriteRelease(ctx, k, fresh("late"), g.Fence, longTTL, g.Token); err != nil || wrote {
+		t.Fatalf("WriteRelease under a stale fence = %v, %v; want false", wrote, err)
+	} else {
+		wantLoad(t, s, k, fenced(t, v, g.Fence))
+		// A refused write still releases its own lease, and only its own.
+		if held := acquireAfter(t, l, k, longTTL, time.Now().Add(time.Hour)); held.HeldFor == 0 {
+			t.Fatalf("Acquire = %+v: a stale token's WriteRelease dropped another holder's lease", held)
+		}
+		release(t, l, k, next.Token)
+	}
+	for {
+		select {
+		case err := <-woken:
+			if err != nil {
+				t.Fatalf("Wait during WriteRelease: %v", err)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+			release(t, l, k, "announce") // a missed announcement: announce again
+		}
 	}
 }
 

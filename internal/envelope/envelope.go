@@ -5,20 +5,21 @@
 //
 //	[0]      VersionOffset  format version, 1
 //	[1]      FlagsOffset    Flags
-//	[2:10]   SoftOffset     soft expiry, Unix milliseconds, int64
-//	[10:18]  HardOffset     hard expiry, Unix milliseconds, int64, ≥ soft
+//	[2:10]   SoftOffset     soft expiry, Unix milliseconds, int64, in [0, MaxExpiry]
+//	[10:18]  HardOffset     hard expiry, Unix milliseconds, int64, in [soft, MaxExpiry]
 //	[18:26]  DeltaOffset    recompute duration, nanoseconds, int64, ≥ 0
 //	[26:34]  FenceOffset    fence, uint64, < 2^53
 //	[34:]    HeaderSize     value
 //
-// The fence is below 2^53, and so are the expiries for the next 285,000 years,
-// so a script reads them exactly into Lua numbers (doubles).
+// The fence is below 2^53, and so are the expiries (MaxExpiry < 2^44), so a
+// script reads them exactly into Lua numbers (doubles).
 package envelope
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -40,6 +41,12 @@ const (
 // doubles, exact up to 2^53.
 const MaxFence = 1<<53 - 1
 
+// MaxExpiry is the latest expiry an envelope can carry, in Unix milliseconds:
+// 2262-04-11T23:47:16.854Z, the last millisecond whose Unix nanoseconds fit
+// an int64, so that a decoded expiry converts to nanoseconds without
+// overflow.
+const MaxExpiry = math.MaxInt64 / int64(time.Millisecond)
+
 // Flags are the bits of an envelope's flags byte.
 type Flags uint8
 
@@ -48,7 +55,9 @@ const (
 	// value.
 	FlagNegative Flags = 1 << 0
 
-	knownFlags = FlagNegative
+	// KnownFlags holds every flag bit this version defines; they are the
+	// low bits, so KnownFlags+1 is a power of two.
+	KnownFlags = FlagNegative
 )
 
 // Envelope is one decoded remote entry.
@@ -56,10 +65,11 @@ type Envelope struct {
 	// Flags qualify the entry; zero is an ordinary value.
 	Flags Flags
 	// Soft is when the entry stops being fresh, in Unix milliseconds; after it
-	// the entry may be served stale while one caller refreshes it. Soft ≥ 0.
+	// the entry may be served stale while one caller refreshes it.
+	// 0 ≤ Soft ≤ MaxExpiry.
 	Soft int64
 	// Hard is when the entry must no longer be served, in Unix milliseconds.
-	// Hard ≥ Soft.
+	// Soft ≤ Hard ≤ MaxExpiry.
 	Hard int64
 	// Delta is how long the value's last load took, measured on a monotonic
 	// clock; zero when unknown. Delta ≥ 0.
@@ -84,12 +94,14 @@ var (
 // Validate reports why e would not decode, wrapping ErrCorrupt, or nil.
 func (e *Envelope) Validate() error {
 	switch {
-	case e.Flags&^knownFlags != 0:
-		return fmt.Errorf("%w: unknown flag bits %#02x", ErrCorrupt, uint8(e.Flags&^knownFlags))
+	case e.Flags&^KnownFlags != 0:
+		return fmt.Errorf("%w: unknown flag bits %#02x", ErrCorrupt, uint8(e.Flags&^KnownFlags))
 	case e.Soft < 0:
 		return fmt.Errorf("%w: negative soft expiry %d", ErrCorrupt, e.Soft)
 	case e.Hard < e.Soft:
 		return fmt.Errorf("%w: hard expiry %d before soft expiry %d", ErrCorrupt, e.Hard, e.Soft)
+	case e.Hard > MaxExpiry:
+		return fmt.Errorf("%w: hard expiry %d after MaxExpiry %d", ErrCorrupt, e.Hard, int64(MaxExpiry))
 	case e.Delta < 0:
 		return fmt.Errorf("%w: negative delta %d", ErrCorrupt, int64(e.Delta))
 	case e.Fence > MaxFence:
@@ -164,15 +176,4 @@ func SetFence(b []byte, fence uint64) error {
 	}
 	binary.BigEndian.PutUint64(b[FenceOffset:], fence)
 	return nil
-}
-
-// PeekSoft returns the soft expiry of the encoded envelope b without decoding
-// the rest; ok is false if b has no whole header of a known version or the
-// soft expiry is negative. A true ok does not mean that Decode accepts b.
-func PeekSoft(b []byte) (soft int64, ok bool) {
-	if len(b) < HeaderSize || b[VersionOffset] != Version {
-		return 0, false
-	}
-	soft = int64(binary.BigEndian.Uint64(b[SoftOffset:]))
-	return soft, soft >= 0
 }

@@ -22,11 +22,11 @@ func randomEnvelope(r *rand.Rand) Envelope {
 	}
 	e := Envelope{
 		Flags: Flags(r.IntN(2)),
-		Soft:  pick([]int64{0, 1, 1 << 53, math.MaxInt64 - 1, math.MaxInt64}, math.MaxInt64),
+		Soft:  pick([]int64{0, 1, 1 << 43, MaxExpiry - 1, MaxExpiry}, MaxExpiry+1),
 		Delta: time.Duration(pick([]int64{0, 1, math.MaxInt64}, math.MaxInt64)),
 		Fence: uint64(pick([]int64{0, 1, MaxFence}, MaxFence+1)),
 	}
-	if room := math.MaxInt64 - e.Soft; room > 0 {
+	if room := MaxExpiry - e.Soft; room > 0 {
 		e.Hard = e.Soft + pick([]int64{0, 1, room}, room)
 	} else {
 		e.Hard = e.Soft
@@ -67,9 +67,6 @@ func TestRoundTrip(t *testing.T) {
 		}
 		if !equal(got, e) {
 			t.Fatalf("Decode(Append(%+v)) = %+v", e, got)
-		}
-		if soft, ok := PeekSoft(b); !ok || soft != e.Soft {
-			t.Fatalf("PeekSoft = %d, %v; want %d, true", soft, ok, e.Soft)
 		}
 	}
 }
@@ -150,6 +147,9 @@ func TestDecodeRejects(t *testing.T) {
 		{"negative delta", with(DeltaOffset, math.MaxUint64), ErrCorrupt, "negative delta"},
 		{"fence 2^53", with(FenceOffset, 1<<53), ErrCorrupt, "fence 9007199254740992"},
 		{"fence max", with(FenceOffset, math.MaxUint64), ErrCorrupt, "fence"},
+		{"hard past MaxExpiry", with(HardOffset, uint64(MaxExpiry)+1), ErrCorrupt, "after MaxExpiry"},
+		{"hard MaxInt64", with(HardOffset, math.MaxInt64), ErrCorrupt, "after MaxExpiry"},
+		{"year 3000", with(HardOffset, uint64(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC).Unix()*1000)), ErrCorrupt, "after MaxExpiry"},
 	}
 	for _, tt := range tests {
 		e, err := Decode(tt.b)
@@ -164,11 +164,14 @@ func TestDecodeRejects(t *testing.T) {
 			t.Errorf("%s: Decode returned %+v with its error", tt.name, e)
 		}
 	}
+	if got := time.UnixMilli(MaxExpiry).UTC(); got.UnixNano()/int64(time.Millisecond) != MaxExpiry || got.Year() != 2262 {
+		t.Errorf("MaxExpiry is %v; want the last millisecond whose nanoseconds fit an int64", got)
+	}
 	// The boundaries themselves are valid.
 	for _, e := range []Envelope{
 		{Soft: 5, Hard: 5},
 		{Fence: MaxFence},
-		{Soft: math.MaxInt64, Hard: math.MaxInt64, Delta: math.MaxInt64},
+		{Soft: MaxExpiry, Hard: MaxExpiry, Delta: math.MaxInt64},
 	} {
 		if _, err := Decode(Append(nil, &e)); err != nil {
 			t.Errorf("Decode(Append(%+v)): %v", e, err)
@@ -230,24 +233,6 @@ func TestSetFence(t *testing.T) {
 	}
 }
 
-func TestPeekSoft(t *testing.T) {
-	b := Append(nil, &Envelope{Soft: 1234, Hard: 5678})
-	if soft, ok := PeekSoft(b); !ok || soft != 1234 {
-		t.Errorf("PeekSoft = %d, %v; want 1234, true", soft, ok)
-	}
-	bad := map[string][]byte{
-		"nil":           nil,
-		"short":         b[:HeaderSize-1],
-		"version 2":     append([]byte{2}, b[1:]...),
-		"negative soft": Append(nil, &Envelope{Soft: -1}),
-	}
-	for name, in := range bad {
-		if soft, ok := PeekSoft(in); ok {
-			t.Errorf("%s: PeekSoft = %d, true; want false", name, soft)
-		}
-	}
-}
-
 func TestAllocs(t *testing.T) {
 	e := Envelope{Soft: 1, Hard: 2, Value: make([]byte, 1024)}
 	b := Append(nil, &e)
@@ -263,9 +248,6 @@ func TestAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = SetFence(b, 3) }); n != 0 {
 		t.Errorf("SetFence makes %v allocations, want 0", n)
-	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = PeekSoft(b[:1]) }); n != 0 {
-		t.Errorf("PeekSoft of a short input makes %v allocations, want 0", n)
 	}
 }
 
@@ -284,26 +266,36 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{2, 0, 0})
 	f.Add([]byte("garbage that is longer than one header, not an envelope"))
 	f.Add(bytes.Repeat([]byte{0xff}, HeaderSize+3))
+	// Extremes: 0, 2^53, MaxExpiry ± 1 and MaxInt64 in every numeric field.
+	for _, x := range []int64{0, 1 << 53, MaxExpiry - 1, MaxExpiry, MaxExpiry + 1, math.MaxInt64} {
+		f.Add(Append(nil, &Envelope{Soft: x, Hard: x, Delta: time.Duration(x), Fence: uint64(x)}))
+		f.Add(Append(nil, &Envelope{Soft: 0, Hard: x, Fence: MaxFence}))
+		f.Add(Append(nil, &Envelope{Soft: x, Hard: math.MaxInt64, Fence: MaxFence + 1}))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := Decode(b)
-		soft, peekOK := PeekSoft(b)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnknownVersion) {
 				t.Fatalf("Decode error %v wraps neither sentinel", err)
-			}
-			if errors.Is(err, ErrUnknownVersion) && peekOK {
-				t.Fatalf("PeekSoft accepted an unknown version")
 			}
 			return
 		}
 		if again := Append(nil, &e); !bytes.Equal(again, b) {
 			t.Fatalf("Decode then Append changed the bytes:\n in  %x\n out %x", b, again)
 		}
-		if !peekOK || soft != e.Soft {
-			t.Fatalf("PeekSoft = %d, %v; Decode gave soft %d", soft, peekOK, e.Soft)
-		}
 		if err := e.Validate(); err != nil {
 			t.Fatalf("Decode returned an envelope that Validate rejects: %v", err)
+		}
+		for _, ms := range []int64{e.Soft, e.Hard} {
+			if ms < 0 || ms > MaxExpiry || ms > math.MaxInt64/int64(time.Millisecond) {
+				t.Fatalf("Decode accepted expiry %d ms, outside [0, MaxExpiry]", ms)
+			}
+			if ns := ms * int64(time.Millisecond); ns/int64(time.Millisecond) != ms {
+				t.Fatalf("expiry %d ms overflows int64 nanoseconds", ms)
+			}
+		}
+		if e.Fence > MaxFence {
+			t.Fatalf("Decode accepted fence %d above MaxFence", e.Fence)
 		}
 	})
 }

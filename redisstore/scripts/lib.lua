@@ -1,6 +1,8 @@
 -- Shared by every script. Go prepends the envelope layout as Lua constants:
--- VERSION (format version), SOFT and FENCE (0-based byte offsets of the soft
--- expiry and the fence), HEADER (header size) and MAXFENCE (2^53 - 1).
+-- VERSION (format version), FLAGS, SOFT, HARD, DELTA and FENCE (0-based byte
+-- offsets of the fields), HEADER (header size), KNOWNFLAGS1 (one above the
+-- largest value of the known flag bits, a power of two), MAXEXPIRY (the
+-- latest expiry, Unix ms) and MAXFENCE (2^53 - 1).
 --
 -- Notices on the pub/sub channel, robust to any key bytes:
 --   'c' .. fence .. ':' .. key   a change (write, set, invalidate) under fence
@@ -19,18 +21,37 @@ local function be64(n)
   return string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
 end
 
--- soft returns the soft expiry (Unix ms) of the envelope v, or nil when v
--- has no whole header of a known version or the expiry is negative.
+-- u64 reads the 8 big-endian bytes of v at 0-based offset off as a Lua
+-- number: exact below 2^53, and above it a double no smaller than 2^53.
+local function u64(v, off)
+  local n = 0
+  for i = off + 1, off + 8 do
+    n = n * 256 + string.byte(v, i)
+  end
+  return n
+end
+
+-- soft returns the soft expiry (Unix ms) of the envelope v, or nil when v is
+-- not an envelope that Go's envelope.Decode accepts: a short or unknown
+-- header, unknown flag bits, an expiry that is negative, out of order or
+-- past MAXEXPIRY, a negative delta, or a fence above MAXFENCE. Such a value
+-- counts as absent, so it is reloaded under the fence.
 local function soft(v)
   if #v < HEADER or string.byte(v, 1) ~= VERSION then
     return nil
   end
-  if string.byte(v, SOFT + 1) >= 128 then
-    return nil -- the sign bit of an int64
+  local flags = string.byte(v, FLAGS + 1)
+  if flags % KNOWNFLAGS1 ~= flags then
+    return nil -- a bit at or above KNOWNFLAGS1 is set
   end
-  local s = 0
-  for i = SOFT + 1, SOFT + 8 do
-    s = s * 256 + string.byte(v, i)
+  for _, off in ipairs({SOFT, HARD, DELTA}) do
+    if string.byte(v, off + 1) >= 128 then
+      return nil -- the sign bit of an int64
+    end
+  end
+  local s, h = u64(v, SOFT), u64(v, HARD)
+  if h < s or h > MAXEXPIRY or u64(v, FENCE) > MAXFENCE then
+    return nil
   end
   return s
 end
@@ -47,10 +68,10 @@ local function advance(f)
   local cur = redis.call('GET', f)
   local n = tonumber(cur or '0')
   if n == nil then
-    return nil, 'fence key ' .. f .. ' holds ' .. string.format('%q', cur) .. ', not a fence'
+    return nil, 'HERD fence key ' .. f .. ' holds ' .. string.format('%q', cur) .. ', not a fence'
   end
   if n >= MAXFENCE then
-    return nil, 'fence ' .. string.format('%.0f', n) .. ' cannot advance (fences stay below 2^53)'
+    return nil, 'HERD fence ' .. string.format('%.0f', n) .. ' cannot advance (fences stay below 2^53)'
   end
   return redis.call('INCR', f)
 end
