@@ -83,7 +83,7 @@ type entry[V any] struct {
 	// born is when the entry was put in the local tier (Unix nanoseconds).
 	born int64
 	// delta is the measured duration of the load that made the value.
-	delta int64
+	delta    int64
 	negative bool
 	// uncached marks a value its load asked not to cache: it is handed to the
 	// flight's callers and never stored.

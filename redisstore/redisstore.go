@@ -224,10 +224,10 @@ func checkClient(c redis.UniversalClient) error {
 // Scripts, each prefixed with the envelope layout and the shared functions
 // of lib.lua.
 var (
-	acquireScript    = script("acquire")
-	writeScript      = script("write")
-	setScript        = script("set")
-	invalidateScript = script("invalidate")
+	acquireScript      = script("acquire")
+	writeScript        = script("write")
+	setScript          = script("set")
+	invalidateScript   = script("invalidate")
 	extendScript       = script("extend")
 	releaseScript      = script("release")
 	writeReleaseScript = script("writerelease")
