@@ -382,6 +382,7 @@ const maxMissAttempts = 4
 type remoteRead[V any] struct {
 	done bool   // the read was made; the rest is unset otherwise
 	gen  uint64 // the local generation read before it
+	puts uint64 // the stripe's count of local puts read before it
 	err  error
 	// e is the decoded value; nil when there is none (gone) or it does not
 	// decode.
@@ -391,7 +392,8 @@ type remoteRead[V any] struct {
 
 // loadRemote reads key from the Store and decodes what it finds.
 func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
-	r := remoteRead[V]{done: true, gen: c.gens.get(key)}
+	r := remoteRead[V]{done: true}
+	r.gen, r.puts = c.gens.get(key)
 	env, err := c.cfg.Store.Load(ctx, key)
 	c.remoteDone(ctx, err)
 	switch {
@@ -502,7 +504,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co callOpts, old *entry[V], pre remoteRead[V]) (*entry[V], error) {
 	background := old != nil
 	staleOK := !background && !co.noStale
-	gen := c.gens.get(key)
+	gen, puts := c.gens.get(key)
 	now := c.clk.now()
 
 	// A stale candidate, served to lease losers and on load errors.
@@ -523,6 +525,9 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 	// The Store read is decided once per fill: a probe of a half-open breaker
 	// goes on using the Store for the rest of its fill.
 	rr := pre // its gen predates it: an entry it found is refused locally after any change since
+	if rr.done && rr.puts != puts {
+		rr = remoteRead[V]{} // a load finished since: what the Store holds may have changed
+	}
 	if !rr.done && c.cfg.Store != nil && c.brk.allow() {
 		rr = c.loadRemote(ctx, key)
 	}
@@ -801,6 +806,7 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 	if s.n != gen || write && s.changes[key] > 0 {
 		return false
 	}
+	s.puts++
 	if write {
 		if s.writes == nil {
 			s.writes = make(map[string]int)
@@ -979,6 +985,9 @@ type generations struct {
 type genStripe struct {
 	mu sync.Mutex
 	n  uint64 // guarded by mu
+	// puts counts the entries put in the local tier by loads and reads;
+	// guarded by mu. A Store read made before a put may be out of date.
+	puts uint64
 	// writes counts, by key, the unfenced remote writes in flight, and
 	// changes the Sets and Invalidates running; guarded by mu, nil until
 	// first used, and a key is deleted when its count drops to zero.
@@ -991,11 +1000,12 @@ func (g *generations) stripe(key string) *genStripe {
 	return &g.stripes[maphash.String(g.seed, key)%uint64(len(g.stripes))]
 }
 
-func (g *generations) get(key string) uint64 {
+// get returns the generation and the count of puts of key's stripe.
+func (g *generations) get(key string) (gen, puts uint64) {
 	s := g.stripe(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.n
+	return s.n, s.puts
 }
 
 // beginChange starts a Set or Invalidate of key: it bumps the generation,

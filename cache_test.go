@@ -1152,6 +1152,33 @@ func TestOptionsValidation(t *testing.T) {
 		{"LeaseTTL -1", func(o *herd.Options[int]) { o.LeaseTTL = -1 }, "LeaseTTL"},
 		{"LeaseWait -1", func(o *herd.Options[int]) { o.LeaseWait = -1 }, "LeaseWait"},
 		{"unknown OnLeaseHeld", func(o *herd.Options[int]) { o.OnLeaseHeld = herd.FailFast + 1 }, "OnLeaseHeld"},
+		{"BreakerCooldown 0 with threshold", func(o *herd.Options[int]) { o.BreakerThreshold = 3 }, "BreakerCooldown"},
+	}
+	// Every duration above MaxTTL, and at the largest Duration, is refused by
+	// name.
+	for _, d := range []time.Duration{herd.MaxTTL + 1, math.MaxInt64} {
+		for name, field := range map[string]func(*herd.Options[int]) *time.Duration{
+			"SoftTTL":         func(o *herd.Options[int]) *time.Duration { return &o.SoftTTL },
+			"HardTTL":         func(o *herd.Options[int]) *time.Duration { return &o.HardTTL },
+			"NegativeTTL":     func(o *herd.Options[int]) *time.Duration { return &o.NegativeTTL },
+			"LoadTimeout":     func(o *herd.Options[int]) *time.Duration { return &o.LoadTimeout },
+			"RefreshBackoff":  func(o *herd.Options[int]) *time.Duration { return &o.RefreshBackoff },
+			"NearTTL":         func(o *herd.Options[int]) *time.Duration { return &o.NearTTL },
+			"LeaseTTL":        func(o *herd.Options[int]) *time.Duration { return &o.LeaseTTL },
+			"LeaseWait":       func(o *herd.Options[int]) *time.Duration { return &o.LeaseWait },
+			"BreakerCooldown": func(o *herd.Options[int]) *time.Duration { return &o.BreakerCooldown },
+		} {
+			cases = append(cases, struct {
+				name   string
+				modify func(*herd.Options[int])
+				want   string
+			}{fmt.Sprintf("%s %d", name, d), func(o *herd.Options[int]) {
+				if name == "SoftTTL" {
+					o.HardTTL = 0
+				}
+				*field(o) = d
+			}, name + " must not exceed MaxTTL"})
+		}
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

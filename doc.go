@@ -19,12 +19,19 @@
 //
 // What a reader may see:
 //
-//   - After Set or Invalidate on a replica, that replica's next Get returns
-//     the new value (or loads one). A load that began before the Set or
-//     Invalidate never writes its value into either tier afterwards: the
-//     local generation refuses it in this process and, with a [Lease], the
-//     remote fence on every replica. Callers that had already joined that
-//     load may still receive its value.
+//   - After Set or Invalidate on a replica returns, that replica's next Get
+//     returns the new value (or loads one), even if a Get that ran meanwhile
+//     read the old value from the Store. A load that began before the Set or
+//     Invalidate returned never writes its value into either tier
+//     afterwards: in this process the local generation refuses it, and Set
+//     and Invalidate wait for this process's own writes of the key to the
+//     Store to land first; with a [Lease], the remote fence refuses it on
+//     every replica. Callers that had already joined that load may still
+//     receive its value.
+//   - A load's callers get its value as soon as it returns; its write to the
+//     Store, and the release of its lease, follow in the background, bounded
+//     by LoadTimeout. A write that the fence refuses drops the copy the load
+//     put in the local tier. Close waits for pending writes.
 //   - Other replicas drop their local copy when the change notice reaches
 //     them; since notices can be lost, a replica may serve its old copy for
 //     at most [Options.NearTTL] after the change (plus, if that copy is
@@ -40,4 +47,14 @@
 //
 // Fencing holds while the Store keeps the writes it acknowledged; see the
 // Store implementation for what that requires of its servers.
+//
+// # Time
+//
+// No duration option may exceed [MaxTTL] (100 years), and every time the
+// cache computes saturates instead of wrapping. Stored expiries end at
+// 2262-04-11, where Unix nanoseconds stop fitting an int64; a stored value
+// that claims a later one is corrupt, and is reloaded. The Store and this
+// replica must both find a value fresh for it to be served as fresh: a
+// replica whose clock runs ahead loads rather than serve what it finds
+// stale.
 package herd

@@ -1,5 +1,7 @@
 package herd
 
+import "time"
+
 // Hooks for the external tests of this package.
 
 // SetDraws replaces the random draws of c: xfetch must return numbers in
@@ -12,4 +14,10 @@ func SetDraws[V any](c *Cache[V], xfetch, jitter func() float64) {
 	if jitter != nil {
 		c.jitterDraw = jitter
 	}
+}
+
+// SetClockOffset moves c's clock by d from the system's, as a replica whose
+// clock is off would be. Call it before the cache is used.
+func SetClockOffset[V any](c *Cache[V], d time.Duration) {
+	c.clk.wall += int64(d)
 }

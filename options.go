@@ -42,7 +42,8 @@ func (p LoserPolicy) String() string {
 
 // Options configures a [Cache]. A nil *Options means [DefaultOptions]; a
 // non-nil one means exactly what its fields say. [New] never changes the
-// Options it is given.
+// Options it is given, and refuses any duration that is negative or above
+// [MaxTTL].
 type Options[V any] struct {
 	// Name identifies the cache in metrics and logs. Empty means "default".
 	Name string
@@ -56,7 +57,9 @@ type Options[V any] struct {
 	// HardTTL is how long a value is kept at all. Between SoftTTL and HardTTL
 	// the value is stale: Get serves it at once and refreshes it in the
 	// background (stale-while-revalidate), and serves it when a refresh fails
-	// (stale-if-error). Zero means equal to SoftTTL: no stale window.
+	// (stale-if-error). Zero means equal to SoftTTL: no stale window. The
+	// longest stale window is HardTTL = MaxTTL, which keeps the value, and
+	// its fence in the Store, that long.
 	HardTTL time.Duration
 	// NoStale makes a stale value a miss: nothing stale is ever served, and a
 	// failed load returns its error. For correctness-critical data.
@@ -76,7 +79,8 @@ type Options[V any] struct {
 	NegativeTTL time.Duration
 
 	// LoadTimeout bounds each load (foreground or background), whatever its
-	// callers' contexts say. Zero means one minute.
+	// callers' contexts say, and each load's write-back to the Store. Zero
+	// means one minute; there is no "no limit", as a shared load must end.
 	LoadTimeout time.Duration
 	// RefreshBackoff is the least time between a failed background refresh of
 	// a key and the next one. Zero means the next read may retry at once.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -705,5 +706,31 @@ func TestBadInput(t *testing.T) {
 	}
 	if started != 0 {
 		t.Errorf("bad input started %d flights", started)
+	}
+}
+
+// The longest Timeout saturates: the function's deadline lies far in the
+// future, never wrapped into the past, and its context has not ended.
+func TestLongestTimeout(t *testing.T) {
+	g := Group[string, int]{Timeout: math.MaxInt64}
+	for _, ctx := range []context.Context{context.Background(), t.Context()} {
+		_, err, _ := g.Do(ctx, "k", func(fctx context.Context) (int, error) {
+			d, ok := fctx.Deadline()
+			if !ok || !d.After(time.Now().Add(290*365*24*time.Hour)) {
+				return 0, fmt.Errorf("deadline %v, want about 292 years from now", d)
+			}
+			if err := fctx.Err(); err != nil {
+				return 0, fmt.Errorf("context ended at once: %w", err)
+			}
+			select {
+			case <-fctx.Done():
+				return 0, errors.New("Done closed at once")
+			default:
+			}
+			return 1, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

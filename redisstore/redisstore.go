@@ -7,6 +7,11 @@
 // the soft expiry a replica wrote by its own clock: keep the clocks in sync.
 // Change and completion notices go out with classic PUBLISH on
 // <prefix>events, which reaches subscribers on every node of a Cluster.
+// Acquire treats a stored value that Go's decoder would refuse (an unknown
+// header, expiries out of order or past 2262-04-11, a fence at or above
+// 2^53) as absent, so it is reloaded once, under the fence. An error reply
+// about one key's state (a fence key that holds no fence, a key of another
+// type) wraps [herd.ErrRejected], which the cache's breaker does not count.
 //
 // Redis settings. Fence keys have no TTL and must never be evicted: an
 // evicted fence restarts at zero and lets an old write through. Use the

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,14 +201,38 @@ func TestCorruptValueNotFresh(t *testing.T) {
 	good := fresh("good")
 	future := bytes.Clone(good)
 	future[envelope.VersionOffset] = envelope.Version + 1
-	negative := envelope.Append(nil, &envelope.Envelope{Soft: -1, Hard: time.Now().Add(time.Hour).UnixMilli()})
+	hour := time.Now().Add(time.Hour).UnixMilli()
+	year3000 := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	header := func(soft, hard, delta int64, fence uint64, flags byte) []byte {
+		b := envelope.Append(nil, &envelope.Envelope{Value: []byte("v")})
+		for off, x := range map[int]uint64{envelope.SoftOffset: uint64(soft), envelope.HardOffset: uint64(hard),
+			envelope.DeltaOffset: uint64(delta), envelope.FenceOffset: fence} {
+			for i := range 8 {
+				b[off+i] = byte(x >> (56 - 8*i))
+			}
+		}
+		b[envelope.FlagsOffset] = flags
+		return b
+	}
 	for name, v := range map[string][]byte{
-		"empty":    {},
-		"garbage":  []byte("not an envelope at all, but long enough for a header"),
-		"short":    good[:envelope.HeaderSize-1],
-		"version":  future,
-		"negative": negative,
+		"empty":          {},
+		"garbage":        []byte("not an envelope at all, but long enough for a header"),
+		"short":          good[:envelope.HeaderSize-1],
+		"version":        future,
+		"negative":       header(-1, hour, 0, 0, 0),
+		"hard year 3000": header(hour, year3000, 0, 0, 0),
+		"both year 3000": header(year3000, year3000, 0, 0, 0),
+		"hard MaxInt64":  header(hour, math.MaxInt64, 0, 0, 0),
+		"hard negative":  header(hour, -1, 0, 0, 0),
+		"hard < soft":    header(hour, hour-1, 0, 0, 0),
+		"negative delta": header(hour, hour, -1, 0, 0),
+		"fence 2^53":     header(hour, hour, 0, 1<<53, 0),
+		"fence max":      header(hour, hour, 0, math.MaxUint64, 0),
+		"unknown flag":   header(hour, hour, 0, 0, 2),
 	} {
+		if _, err := envelope.Decode(v); err == nil {
+			t.Fatalf("%s: Decode accepts the case", name)
+		}
 		k := "corrupt/" + name
 		if err := c.Set(ctx, r.space.Names(k).Value, v, time.Minute).Err(); err != nil {
 			t.Fatalf("SET: %v", err)
@@ -216,11 +243,99 @@ func TestCorruptValueNotFresh(t *testing.T) {
 		}
 	}
 	k := "corrupt/control"
+	good = header(hour, envelope.MaxExpiry, math.MaxInt64, envelope.MaxFence, byte(envelope.KnownFlags))
 	if err := c.Set(ctx, r.space.Names(k).Value, good, time.Minute).Err(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
 	if g, err := r.Acquire(ctx, k, time.Minute, time.Time{}); err != nil || !bytes.Equal(g.Value, good) {
 		t.Fatalf("Acquire over a good value = %+v, %v; want the value", g, err)
+	}
+}
+
+// TestAcquireAgreesWithDecode checks that the scripts and Go judge stored
+// bytes alike: Acquire hands back a value exactly when Decode accepts it
+// (and it is fresh), over valid envelopes, their extremes and random
+// corruptions of them.
+func TestAcquireAgreesWithDecode(t *testing.T) {
+	t.Parallel()
+	c := redistest.Server(t).Client()
+	r := newRemote(t, c, Options{})
+	ctx := t.Context()
+	rng := rand.New(rand.NewPCG(1, 2))
+	hour := time.Now().Add(time.Hour).UnixMilli()
+	edges := []uint64{0, 1, uint64(hour), envelope.MaxExpiry, envelope.MaxExpiry + 1, envelope.MaxFence, 1 << 53,
+		math.MaxInt64, 1 << 63, math.MaxUint64}
+	accepted := 0
+	const cases = 400
+	for i := range cases {
+		b := envelope.Append(nil, &envelope.Envelope{Soft: hour, Hard: hour + 1000, Value: []byte("v")})
+		for range 1 + rng.IntN(3) {
+			off := envelope.SoftOffset + 8*rng.IntN(4) // soft, hard, delta or fence
+			x := edges[rng.IntN(len(edges))]
+			if rng.IntN(3) == 0 {
+				x = rng.Uint64()
+			}
+			for j := range 8 {
+				b[off+j] = byte(x >> (56 - 8*j))
+			}
+		}
+		if rng.IntN(8) == 0 {
+			b[envelope.FlagsOffset] = byte(rng.IntN(256))
+		}
+		e, err := envelope.Decode(b)
+		want := err == nil && e.Soft > time.Now().Add(time.Minute).UnixMilli()
+		if err == nil && !want && e.Soft > time.Now().Add(-time.Minute).UnixMilli() {
+			continue // fresh or not depends on the clock at the very moment: skip
+		}
+		k := fmt.Sprint("agree/", i)
+		if err := c.Set(ctx, r.space.Names(k).Value, b, time.Minute).Err(); err != nil {
+			t.Fatalf("SET: %v", err)
+		}
+		g, err := r.Acquire(ctx, k, time.Minute, time.Time{})
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if got := g.Value != nil; got != want {
+			t.Fatalf("envelope %x: Acquire returned the value: %v; Decode says fresh and valid: %v", b, got, want)
+		}
+		if want {
+			accepted++
+		}
+	}
+	if accepted == 0 || accepted == cases {
+		t.Fatalf("%d of %d cases were valid and fresh: the test judged only one side", accepted, cases)
+	}
+	t.Logf("%d of %d cases valid and fresh", accepted, cases)
+}
+
+// TestRejectedErrors checks which errors wrap herd.ErrRejected: a reply
+// about one key's state does, a server that cannot be reached does not.
+func TestRejectedErrors(t *testing.T) {
+	t.Parallel()
+	c := redistest.Server(t).Client()
+	r := newRemote(t, c, Options{})
+	ctx := t.Context()
+	n := r.space.Names("wrongtype")
+	if err := c.HSet(ctx, n.Value, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(ctx, "wrongtype"); !errors.Is(err, herd.ErrRejected) {
+		t.Errorf("Load of a hash = %v, want an error wrapping herd.ErrRejected", err)
+	}
+	if err := c.Set(ctx, r.space.Names("badfence").Fence, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Acquire(ctx, "badfence", time.Minute, time.Time{}); !errors.Is(err, herd.ErrRejected) {
+		t.Errorf("Acquire over a corrupt fence = %v, want an error wrapping herd.ErrRejected", err)
+	}
+	if _, err := r.Set(ctx, "k", fresh("v"), 0); !errors.Is(err, herd.ErrRejected) {
+		t.Errorf("Set with ttl 0 = %v, want an error wrapping herd.ErrRejected", err)
+	}
+	down := NewClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, MaxRetries: -1})
+	defer down.Close()
+	rd := newRemote(t, down, Options{Timeout: 200 * time.Millisecond})
+	if _, err := rd.Load(ctx, "k"); err == nil || errors.Is(err, herd.ErrRejected) {
+		t.Errorf("Load from a server that is not there = %v, want an error that does not wrap herd.ErrRejected", err)
 	}
 }
 

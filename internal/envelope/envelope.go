@@ -45,7 +45,7 @@ const MaxFence = 1<<53 - 1
 // 2262-04-11T23:47:16.854Z, the last millisecond whose Unix nanoseconds fit
 // an int64, so that a decoded expiry converts to nanoseconds without
 // overflow.
-const MaxExpiry = math.MaxInt64 / int64(time.Millisecond)
+const MaxExpiry = math.MaxInt64 / 1_000_000
 
 // Flags are the bits of an envelope's flags byte.
 type Flags uint8
