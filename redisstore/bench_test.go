@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/redistest"
+	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
 // BenchmarkRemoteHit compares a cache read served by Redis (no near-cache, so

@@ -18,7 +18,7 @@ import (
 	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/internal/keyspace"
 	"github.com/herdcache/herd/internal/notify"
-	"github.com/herdcache/herd/internal/redistest"
+	"github.com/herdcache/herd/redisstore/internal/redistest"
 	"github.com/herdcache/herd/storetest"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/herdcache/herd/internal/lab"
-	"github.com/herdcache/herd/internal/lab/report"
+	"github.com/herdcache/herd/cmd/herd/internal/lab"
+	"github.com/herdcache/herd/cmd/herd/internal/lab/report"
 )
 
 // Exit codes.

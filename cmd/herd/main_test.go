@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/herdcache/herd/internal/lab"
+	"github.com/herdcache/herd/cmd/herd/internal/lab"
 )
 
 // herd runs the command in-process and returns its exit code and output.

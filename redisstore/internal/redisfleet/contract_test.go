@@ -12,7 +12,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/internal/keyspace"
-	"github.com/herdcache/herd/internal/redistest"
+	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
 // names returns the Redis keys of key for the replicas fleet made for t.

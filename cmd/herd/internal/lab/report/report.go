@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/herdcache/herd/internal/lab"
+	"github.com/herdcache/herd/cmd/herd/internal/lab"
 )
 
 // errNilSuite is returned by every writer given a nil suite.

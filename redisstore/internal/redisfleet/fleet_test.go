@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/redistest"
 	"github.com/herdcache/herd/redisstore"
+	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
 func TestMain(m *testing.M) {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/herdcache/herd/internal/lab"
+	"github.com/herdcache/herd/cmd/herd/internal/lab"
 )
 
 //go:embed report.html.tmpl

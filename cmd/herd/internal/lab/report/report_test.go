@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/herdcache/herd/internal/lab"
+	"github.com/herdcache/herd/cmd/herd/internal/lab"
 )
 
 // spikes returns n buckets of base calls with peak calls every fifth bucket.

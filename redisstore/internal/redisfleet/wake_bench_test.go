@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/redistest"
+	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
 var wakeKeys atomic.Int64

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/herdcache/herd/internal/lab"
+	"github.com/herdcache/herd/cmd/herd/internal/lab"
 )
 
 // WriteTable writes the terminal summary: the configuration header; per
