@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/herdcache/herd v0.0.0-00010101000000-000000000000
-	github.com/herdcache/herd/internal/redisproc v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -15,7 +14,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-replace (
-	github.com/herdcache/herd => ../
-	github.com/herdcache/herd/internal/redisproc => ../internal/redisproc
-)
+replace github.com/herdcache/herd => ../

@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/herdcache/herd v0.0.0-00010101000000-000000000000
-	github.com/herdcache/herd/internal/redisproc v0.0.0-00010101000000-000000000000
 	github.com/herdcache/herd/redisstore v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -29,6 +28,5 @@ require (
 
 replace (
 	github.com/herdcache/herd => ../../
-	github.com/herdcache/herd/internal/redisproc => ../../internal/redisproc
 	github.com/herdcache/herd/redisstore => ../../redisstore
 )

@@ -1,8 +1,11 @@
 package redisproc
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,14 +14,77 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 )
 
-func client(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+// errNil is what call returns for a nil reply.
+var errNil = errors.New("nil reply")
+
+// client talks to the server at addr, one connection per call, so that it
+// follows the server through kills and restarts.
+type client string
+
+// call sends one command and returns its reply: a simple or bulk string, an
+// integer in decimal, or an array's elements joined by newlines. An error
+// reply is an error; a nil reply is errNil. ctx's deadline bounds the call.
+func (c client) call(ctx context.Context, args ...string) (string, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", string(c))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(conn))
+}
+
+func readReply(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply line")
+	}
+	switch kind, rest := line[0], line[1:]; kind {
+	case '+', ':':
+		return rest, nil
+	case '-':
+		return "", errors.New(rest)
+	case '$', '*':
+		n, err := strconv.Atoi(rest)
+		if err != nil {
+			return "", fmt.Errorf("bad length %q", rest)
+		}
+		if n < 0 {
+			return "", errNil
+		}
+		if kind == '*' {
+			parts := make([]string, n)
+			for i := range parts {
+				if parts[i], err = readReply(r); err != nil {
+					return "", err
+				}
+			}
+			return strings.Join(parts, "\n"), nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("unknown reply %q", line)
 }
 
 // startServer starts a server as o says, within a context that also bounds
@@ -45,8 +111,8 @@ func TestKillRestartStop(t *testing.T) {
 	if host := addr[:len("127.0.0.1:")]; host != "127.0.0.1:" {
 		t.Fatalf("Addr() = %q, want a 127.0.0.1 address", addr)
 	}
-	c := client(t, addr)
-	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+	c := client(addr)
+	if _, err := c.call(ctx, "SET", "k", "v"); err != nil {
 		t.Fatalf("SET on a started server: %v", err)
 	}
 
@@ -55,7 +121,7 @@ func TestKillRestartStop(t *testing.T) {
 		t.Fatal("Running() after Kill")
 	}
 	pctx, pcancel := context.WithTimeout(ctx, time.Second)
-	err := c.Ping(pctx).Err()
+	_, err := c.call(pctx, "PING")
 	pcancel()
 	if err == nil {
 		t.Fatal("PING answered after Kill")
@@ -68,8 +134,8 @@ func TestKillRestartStop(t *testing.T) {
 	if s.Addr() != addr {
 		t.Fatalf("Addr() after Restart = %q, want %q", s.Addr(), addr)
 	}
-	if _, err := c.Get(ctx, "k").Result(); !errors.Is(err, redis.Nil) {
-		t.Fatalf("GET after Restart: err %v, want redis.Nil (a restarted server is empty)", err)
+	if _, err := c.call(ctx, "GET", "k"); !errors.Is(err, errNil) {
+		t.Fatalf("GET after Restart: err %v, want a nil reply (a restarted server is empty)", err)
 	}
 
 	dir := s.dir
@@ -109,11 +175,11 @@ func TestStartWithArgs(t *testing.T) {
 	}
 	ctx, s := startServer(t, &Options{Args: args, ClusterBus: true})
 	args[1] = "no" // StartWith keeps no reference to the caller's slice
-	c := client(t, s.Addr())
-	if got, err := c.ConfigGet(ctx, "appendonly").Result(); err != nil || got["appendonly"] != "yes" {
+	c := client(s.Addr())
+	if got, err := c.call(ctx, "CONFIG", "GET", "appendonly"); err != nil || got != "appendonly\nyes" {
 		t.Fatalf("CONFIG GET appendonly = %v, %v; want yes from Options.Args", got, err)
 	}
-	if info, err := c.ClusterInfo(ctx).Result(); err != nil || !strings.Contains(info, "cluster_state:") {
+	if info, err := c.call(ctx, "CLUSTER", "INFO"); err != nil || !strings.Contains(info, "cluster_state:") {
 		t.Fatalf("CLUSTER INFO = %q, %v; want a cluster-mode server", info, err)
 	}
 	if _, err := os.Stat(filepath.Join(s.dir, "nodes.conf")); err != nil {
@@ -122,7 +188,7 @@ func TestStartWithArgs(t *testing.T) {
 	if err := s.Restart(ctx); err != nil {
 		t.Fatalf("Restart with Options.Args: %v", err)
 	}
-	if _, err := c.ClusterInfo(ctx).Result(); err != nil {
+	if _, err := c.call(ctx, "CLUSTER", "INFO"); err != nil {
 		t.Fatalf("CLUSTER INFO after Restart: %v; want the arguments given to StartWith kept", err)
 	}
 }
@@ -170,15 +236,15 @@ func TestFreeClusterPort(t *testing.T) {
 // its port, Resume brings it back, and Kill ends a paused server.
 func TestPauseResume(t *testing.T) {
 	ctx, s := startServer(t, nil)
-	c := client(t, s.Addr())
-	if err := c.Ping(ctx).Err(); err != nil {
+	c := client(s.Addr())
+	if _, err := c.call(ctx, "PING"); err != nil {
 		t.Fatalf("PING: %v", err)
 	}
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err := c.Ping(pctx).Err()
+	_, err := c.call(pctx, "PING")
 	pcancel()
 	if err == nil {
 		t.Fatal("PING answered while paused")
@@ -186,7 +252,7 @@ func TestPauseResume(t *testing.T) {
 	if err := s.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ping(ctx).Err(); err != nil {
+	if _, err := c.call(ctx, "PING"); err != nil {
 		t.Fatalf("PING after Resume: %v", err)
 	}
 
