@@ -36,6 +36,9 @@ type Cache[V any] struct {
 	cfg     config[V]
 	local   *otter.Cache[string, *entry[V]]
 	flights flight.Group[string, *entry[V]]
+	// reads coalesces the Store reads of a key: a burst of callers of one
+	// key makes one read per replica, not one each.
+	reads flight.Group[string, remoteRead[V]]
 	gens    generations
 	clk     clock
 	st      counters
@@ -128,6 +131,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 		jitterDraw: rand.Float64,
 	}
 	c.flights.Timeout = cfg.LoadTimeout
+	c.reads.Timeout = cfg.LoadTimeout
 	c.flights.OnJoin = func(string) { c.st.coalesced.add(1) }
 	c.brk.threshold = int32(cfg.BreakerThreshold)
 	c.brk.cooldown = cfg.BreakerCooldown
@@ -409,9 +413,9 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	return r
 }
 
-// readRemote reads key from the Store on the caller's goroutine, before any
-// flight: a value another replica wrote is served without coalescing (a
-// remote hit costs one read). It returns the entry to serve, or nil when the
+// readRemote reads key from the Store before any load's flight, sharing one
+// read among the callers of key that arrive while it runs: a value another
+// replica wrote is served at the cost of one round trip. It returns the entry to serve, or nil when the
 // caller must go on to the flight (no Store, breaker open, nothing usable
 // stored), with what the read found so that a flight this caller starts
 // need not read again.
@@ -419,11 +423,20 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, co callOpts) (*en
 	if c.cfg.Store == nil || c.brk.open() {
 		return nil, remoteRead[V]{} // a half-open breaker's probe is made inside the flight
 	}
-	r := c.loadRemote(ctx, key)
+	r, err, _ := c.reads.Do(ctx, key, func(rctx context.Context) (remoteRead[V], error) {
+		r := c.loadRemote(rctx, key)
+		if r.e != nil && c.clk.now() < r.e.hard {
+			c.setLocal(key, r.e, r.gen)
+			_, r.puts = c.gens.get(key) // the read is as new as its own put
+		}
+		return r, nil
+	})
+	if err != nil {
+		return nil, remoteRead[V]{} // this caller's ctx ended: the flight reads again, or the caller leaves
+	}
 	if e := r.e; e != nil {
 		now := c.clk.now()
 		if now < e.soft || now < e.hard && !co.noStale {
-			c.setLocal(key, e, r.gen)
 			return e, r
 		}
 	}
@@ -805,6 +818,9 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 	defer s.mu.Unlock()
 	if s.n != gen || write && s.changes[key] > 0 {
 		return false
+	}
+	if cur, ok := c.local.GetIfPresent(key); ok && cur == e && !write {
+		return true // put already, by a caller that shared its read
 	}
 	s.puts++
 	if write {
