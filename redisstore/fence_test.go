@@ -156,8 +156,11 @@ func TestLongLoadExtended(t *testing.T) {
 	t.Parallel()
 	c := redistest.Server(t).Client()
 	r := newRemote(t, c, Options{})
-	const lease = time.Second
-	shortFences(r, lease, 200*time.Millisecond) // fence keys live 1.2 s
+	const (
+		lease    = 2 * time.Second // a stall this long would end the lease
+		fenceTTL = lease + 100*time.Millisecond
+	)
+	shortFences(r, lease, fenceTTL-lease)
 	ctx := t.Context()
 	const k = "long"
 
@@ -169,7 +172,7 @@ func TestLongLoadExtended(t *testing.T) {
 	tick := time.NewTicker(50 * time.Millisecond) // the watchdog's pace
 	defer tick.Stop()
 	extends := 0
-	for time.Since(start) < 2*(lease+200*time.Millisecond) {
+	for time.Since(start) < fenceTTL+500*time.Millisecond {
 		<-tick.C
 		if ok, err := r.Extend(ctx, k, g.Token, lease); !ok || err != nil {
 			t.Fatalf("Extend %d after %v = %v, %v; want true", extends, time.Since(start), ok, err)
