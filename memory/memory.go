@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -18,18 +19,39 @@ import (
 // before it replaces them with one ("", 0) notice: drop everything.
 const subscribeQueue = 1024
 
+// Fences expire as redisstore's fence keys do: max(the value's ttl, the
+// lease's ttl, minFenceTTL) + fenceMargin after each change to the key.
+const (
+	minFenceTTL = time.Minute
+	fenceMargin = 10 * time.Second
+)
+
+// minSweep is the fewest keys at which a Remote sweeps out the expired ones.
+const minSweep = 1024
+
 // Remote holds encoded envelopes, fences and leases in memory. It implements
 // [herd.Store], [herd.Lease] and [herd.Notifier] and is safe for concurrent
 // use. The zero value is not usable; call [New].
+//
+// Values, leases and fences expire, as in redisstore: a key's fence lasts
+// max(the value's ttl, the lease's ttl, 1 min) + 10 s after the last write,
+// Set, Invalidate, Acquire or Extend of the key, and then reads as 0. A new
+// fence is max(the previous + 1, the clock in Unix microseconds), so fences
+// only grow while the clock does not go back. A key with nothing left is
+// forgotten when next used, or by a sweep whenever the number of keys held
+// has doubled, so memory stays in proportion to the live keys.
 //
 // Expiry follows time.Now, so testing/synctest's fake clock drives it.
 type Remote struct {
 	mu sync.Mutex
 	// down, when non-nil, is wrapped by the error of every Store and Lease call.
 	down error
-	// keys holds every key with a value, a lease or a fence above zero. An
-	// entry is dropped only when it has none of them: fences never expire.
+	// keys holds every key with a value, a lease or a fence above zero, and
+	// keys whose last one has expired since they were last used or swept.
 	keys map[string]*entry
+	// sweepAt is how many keys make the next new key sweep out the expired
+	// ones: twice as many as the last sweep left, and at least minSweep.
+	sweepAt int
 	// waits holds the Wait calls blocked until a key's next announcement.
 	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
@@ -44,8 +66,12 @@ type entry struct {
 	value []byte
 	// hard is when value stops being visible; meaningful only when value != nil.
 	hard time.Time
-	// fence is the key's fence: zero until first advanced, it only grows.
+	// fence is the key's fence: zero until first advanced, and again once
+	// it expires at fenceEnd; while it lives it only grows.
 	fence uint64
+	// fenceEnd is when fence reads as zero again; meaningful only when
+	// fence != 0.
+	fenceEnd time.Time
 	// token is the lease holder's token; empty when nobody holds the lease.
 	token string
 	// leaseEnd is when the lease expires; meaningful only when token != "".
@@ -79,8 +105,9 @@ var (
 // New returns an empty, healthy Remote.
 func New() *Remote {
 	return &Remote{
-		keys: make(map[string]*entry),
-		subs: make(map[*notify.Subscription]struct{}),
+		keys:    make(map[string]*entry),
+		sweepAt: minSweep,
+		subs:    make(map[*notify.Subscription]struct{}),
 	}
 }
 
@@ -98,16 +125,17 @@ func (r *Remote) SetDown(err error) {
 }
 
 // Flush drops every value and lease, as a cache flush would, but keeps the
-// fences, so a write begun before the flush is still refused after a newer
-// acquisition. Subscribers and Wait-ers are not told, as with a Redis FLUSHALL.
+// fences until they expire, so a write begun before the flush is still
+// refused after a newer acquisition. Subscribers and Wait-ers are not told,
+// as with a Redis FLUSHALL.
 func (r *Remote) Flush() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := time.Now()
 	for key, e := range r.keys {
+		e.expire(now)
 		e.value, e.token = nil, ""
-		if e.fence == 0 {
-			delete(r.keys, key)
-		}
+		r.tidy(key, e)
 	}
 }
 
@@ -135,8 +163,9 @@ func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
 }
 
 // Write stores a copy of env, its fence field set to fence, under key for ttl
-// if fence is key's current fence, and notifies subscribers. An env that does
-// not decode is an error and changes nothing.
+// if fence is key's current fence (zero for a key never fenced or whose
+// fence has expired), keeps the fence at least as long, and notifies
+// subscribers. An env that does not decode is an error and changes nothing.
 func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -163,6 +192,7 @@ func (r *Remote) write(ctx context.Context, key string, env []byte, fence uint64
 		r.tidy(key, e)
 		return false, err
 	}
+	keepFence(e, now, ttl)
 	r.stats.Writes++
 	r.notify(key, fence)
 	return true, nil
@@ -199,11 +229,12 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	if err := r.canAdvance(e, "set", key); err != nil {
 		return 0, err
 	}
-	if err := r.store(e, v, e.fence+1, now.Add(ttl), key); err != nil {
+	fence := nextFence(e, now)
+	if err := r.store(e, v, fence, now.Add(ttl), key); err != nil {
 		r.tidy(key, e)
 		return 0, err
 	}
-	e.fence++
+	advance(e, fence, now, ttl)
 	r.stats.Sets++
 	r.notify(key, e.fence)
 	return e.fence, nil
@@ -216,11 +247,12 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 	if err := r.check(ctx, "invalidate", key); err != nil {
 		return err
 	}
-	e := r.entry(key, time.Now(), true)
+	now := time.Now()
+	e := r.entry(key, now, true)
 	if err := r.canAdvance(e, "invalidate", key); err != nil {
 		return err
 	}
-	e.fence++
+	advance(e, nextFence(e, now), now, 0)
 	e.value = nil
 	r.stats.Invalidates++
 	r.notify(key, e.fence)
@@ -260,13 +292,13 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	}
 	e.token = rand.Text()
 	e.leaseEnd = now.Add(ttl)
-	e.fence++
+	advance(e, nextFence(e, now), now, ttl)
 	r.stats.AcquireLease++
 	return herd.Grant{Token: e.token, Fence: e.fence}, nil
 }
 
 // Extend pushes key's lease expiry to ttl from now if token holds a live
-// lease, and reports whether it did.
+// lease, keeping the fence at least as long, and reports whether it did.
 func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -282,6 +314,7 @@ func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		return false, nil
 	}
 	e.leaseEnd = now.Add(ttl)
+	keepFence(e, now, ttl)
 	r.stats.Extends++
 	return true, nil
 }
@@ -403,20 +436,40 @@ func (r *Remote) entry(key string, now time.Time, create bool) *entry {
 		if !create {
 			return nil
 		}
+		if len(r.keys) >= r.sweepAt {
+			r.sweep(now)
+		}
 		e = &entry{}
 		r.keys[key] = e
 		return e
 	}
+	e.expire(now)
+	if !create {
+		r.tidy(key, e)
+	}
+	return e
+}
+
+// sweep forgets every key with nothing left at now. r.mu is held.
+func (r *Remote) sweep(now time.Time) {
+	for key, e := range r.keys {
+		e.expire(now)
+		r.tidy(key, e)
+	}
+	r.sweepAt = max(2*len(r.keys), minSweep)
+}
+
+// expire drops what has expired of e at now.
+func (e *entry) expire(now time.Time) {
 	if e.value != nil && !now.Before(e.hard) {
 		e.value = nil
 	}
 	if e.token != "" && !now.Before(e.leaseEnd) {
 		e.token = ""
 	}
-	if !create {
-		r.tidy(key, e)
+	if e.fence != 0 && !now.Before(e.fenceEnd) {
+		e.fence, e.fenceEnd = 0, time.Time{}
 	}
-	return e
 }
 
 // tidy forgets key's entry if it holds nothing. r.mu is held.
@@ -424,6 +477,38 @@ func (r *Remote) tidy(key string, e *entry) {
 	if e.value == nil && e.token == "" && e.fence == 0 {
 		delete(r.keys, key)
 	}
+}
+
+// nextFence returns the fence that follows e's at now: max(e.fence + 1, now
+// in Unix microseconds), at most envelope.MaxFence, which e.fence must be
+// below.
+func nextFence(e *entry, now time.Time) uint64 {
+	us := uint64(max(now.UnixMicro(), 0))
+	return max(e.fence+1, min(us, envelope.MaxFence))
+}
+
+// advance sets e's fence to fence, kept for at least fenceTTL(ttl) from now.
+func advance(e *entry, fence uint64, now time.Time, ttl time.Duration) {
+	e.fence = fence
+	keepFence(e, now, ttl)
+}
+
+// keepFence keeps e's fence, if it has one, for at least fenceTTL(ttl) from
+// now; it never shortens it.
+func keepFence(e *entry, now time.Time, ttl time.Duration) {
+	if end := now.Add(fenceTTL(ttl)); e.fence != 0 && end.After(e.fenceEnd) {
+		e.fenceEnd = end
+	}
+}
+
+// fenceTTL is how long a fence lasts after a change that keeps a value or a
+// lease for ttl (0 for neither): max(ttl, minFenceTTL) + fenceMargin.
+func fenceTTL(ttl time.Duration) time.Duration {
+	ttl = max(ttl, minFenceTTL)
+	if ttl > math.MaxInt64-fenceMargin {
+		return math.MaxInt64
+	}
+	return ttl + fenceMargin
 }
 
 // notify queues a change of key under fence for every subscription.

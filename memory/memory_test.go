@@ -221,7 +221,16 @@ func TestSubscribeOrder(t *testing.T) {
 		_ = r.Invalidate(ctx, "w")
 		synctest.Wait()
 
-		want := []string{"s1@1", "w@1", "i@1", "s2@1", "s1@2", "w@2"}
+		// The fake clock stands still: each key's first fence is the clock
+		// in microseconds, the next one above it.
+		us := time.Now().UnixMicro()
+		want := []string{}
+		for _, n := range []struct {
+			key  string
+			plus int64
+		}{{"s1", 0}, {"w", 0}, {"i", 0}, {"s2", 0}, {"s1", 1}, {"w", 1}} {
+			want = append(want, fmt.Sprintf("%s@%d", n.key, us+n.plus))
+		}
 		if diff := cmp.Diff(want, a.get()); diff != "" {
 			t.Errorf("first subscription (-want +got):\n%s", diff)
 		}
@@ -267,7 +276,7 @@ func TestSubscribeStop(t *testing.T) {
 
 		_, _ = r.Set(ctx, "c", env, time.Hour)
 		synctest.Wait()
-		if diff := cmp.Diff([]string{"a@1"}, c.get()); diff != "" {
+		if diff := cmp.Diff([]string{fmt.Sprintf("a@%d", time.Now().UnixMicro())}, c.get()); diff != "" {
 			t.Fatalf("keys delivered (-want +got):\n%s", diff)
 		}
 		stop() // idempotent: returns at once
@@ -304,7 +313,8 @@ func TestSubscribeOverflow(t *testing.T) {
 		_ = r.Invalidate(ctx, "after")
 		synctest.Wait()
 
-		want := []string{"first@1", "@0", "after@1"}
+		us := time.Now().UnixMicro() // each key's first fence
+		want := []string{fmt.Sprintf("first@%d", us), "@0", fmt.Sprintf("after@%d", us)}
 		if diff := cmp.Diff(want, c.get()); diff != "" {
 			t.Fatalf("keys delivered (-want +got):\n%s", diff)
 		}
@@ -365,8 +375,8 @@ func TestExpiryFakeClock(t *testing.T) {
 		if ok, _ := r.Extend(ctx, "s", g.Token, time.Minute); ok {
 			t.Fatal("Extend of an expired lease accepted")
 		}
-		if h, _ := r.Acquire(ctx, "s", time.Minute, time.Time{}); h.Token == "" || h.Fence != g.Fence+1 {
-			t.Fatalf("Acquire after lease expiry = %+v, want a lease with fence %d", h, g.Fence+1)
+		if h, _ := r.Acquire(ctx, "s", time.Minute, time.Time{}); h.Token == "" || h.Fence != uint64(time.Now().UnixMicro()) {
+			t.Fatalf("Acquire after lease expiry = %+v, want a lease with fence %d (the clock in µs)", h, time.Now().UnixMicro())
 		}
 	})
 }
@@ -469,7 +479,7 @@ func TestContextEnded(t *testing.T) {
 func TestFenceLimit(t *testing.T) {
 	ctx := t.Context()
 	r := New()
-	r.keys["k"] = &entry{fence: envelope.MaxFence}
+	r.keys["k"] = &entry{fence: envelope.MaxFence, fenceEnd: time.Now().Add(time.Hour)}
 	env := envAt("v", time.Hour, 2*time.Hour)
 	if g, err := r.Acquire(ctx, "k", time.Minute, time.Time{}); err == nil {
 		t.Errorf("Acquire at the fence limit = %+v, want an error", g)
@@ -487,4 +497,120 @@ func TestFenceLimit(t *testing.T) {
 	if !bytes.Equal(r.keys["k"].value[envelope.FenceOffset:envelope.HeaderSize], []byte{0, 0x1f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}) {
 		t.Fatal("Write did not set the fence field")
 	}
+}
+
+// fenceOf returns key's fence as a call would see it now, and whether the
+// Remote holds key at all.
+func fenceOf(r *Remote, key string) (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entry(key, time.Now(), false)
+	if e == nil || r.keys[key] != e { // never held, or forgotten just now
+		return 0, false
+	}
+	return e.fence, true
+}
+
+func TestFenceFromClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		r := New()
+		env := envAt("v", time.Hour, 2*time.Hour)
+		us := uint64(time.Now().UnixMicro())
+		f1, _ := r.Set(ctx, "k", env, time.Hour)
+		f2, _ := r.Set(ctx, "k", env, time.Hour) // the same microsecond
+		time.Sleep(time.Second)
+		f3, _ := r.Set(ctx, "k", env, time.Hour)
+		if want := []uint64{us, us + 1, us + 1e6}; !slices.Equal([]uint64{f1, f2, f3}, want) {
+			t.Fatalf("fences %d, %d, %d; want %v: max(the previous + 1, the clock in µs)", f1, f2, f3, want)
+		}
+	})
+}
+
+func TestFenceExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		r := New()
+		env := envAt("v", time.Hour, 2*time.Hour)
+		fenceTTL := time.Minute + 10*time.Second // for a ttl under a minute
+
+		// A fence left alone expires fenceTTL after the last change: its
+		// holder can no longer write, and the key is forgotten.
+		paused := mustLease(t, r, "alone", time.Second)
+		time.Sleep(fenceTTL - time.Millisecond)
+		if f, _ := fenceOf(r, "alone"); f != paused.Fence {
+			t.Fatalf("fence 1ms before it expires = %d, want %d", f, paused.Fence)
+		}
+		time.Sleep(time.Millisecond)
+		if f, held := fenceOf(r, "alone"); f != 0 || held {
+			t.Fatalf("an expired fence with nothing else = %d, held %v; want the key forgotten", f, held)
+		}
+		if ok, err := r.Write(ctx, "alone", env, paused.Fence, time.Hour); ok || err != nil {
+			t.Fatalf("Write under an expired fence = %v, %v; want refused", ok, err)
+		}
+		// Another writer's fence starts again from the clock, above the old.
+		g := mustLease(t, r, "alone", time.Second)
+		if g.Fence <= paused.Fence {
+			t.Fatalf("fence after expiry %d, not above %d", g.Fence, paused.Fence)
+		}
+		if ok, err := r.Write(ctx, "alone", env, paused.Fence, time.Hour); ok || err != nil {
+			t.Fatalf("Write under the fence before expiry = %v, %v; want refused", ok, err)
+		}
+		mustWrite(t, r, "alone", env, g.Fence, time.Hour)
+
+		// A lease kept by Extend keeps its fence, long past fenceTTL.
+		long := mustLease(t, r, "long", time.Second)
+		for range 4 * int(fenceTTL/(500*time.Millisecond)) {
+			time.Sleep(500 * time.Millisecond)
+			if ok, err := r.Extend(ctx, "long", long.Token, time.Second); !ok || err != nil {
+				t.Fatalf("Extend = %v, %v; want true", ok, err)
+			}
+		}
+		mustWrite(t, r, "long", env, long.Fence, time.Hour)
+
+		// The longest ttl wins, whatever comes after it.
+		f, _ := r.Set(ctx, "kept", env, 2*time.Hour)
+		_ = r.Invalidate(ctx, "kept")
+		h := mustLease(t, r, "kept", time.Second)
+		if h.Fence <= f {
+			t.Fatalf("fence after Set %d and Invalidate = %d, want it above", f, h.Fence)
+		}
+		_ = r.Release(ctx, "kept", h.Token)
+		time.Sleep(2*time.Hour + 10*time.Second - time.Millisecond)
+		if got, _ := fenceOf(r, "kept"); got != h.Fence {
+			t.Fatalf("fence 1ms before the Set's fence TTL ends = %d, want %d", got, h.Fence)
+		}
+		time.Sleep(time.Millisecond)
+		if got, held := fenceOf(r, "kept"); got != 0 || held {
+			t.Fatalf("fence after the Set's fence TTL = %d, held %v; want the key forgotten", got, held)
+		}
+	})
+}
+
+// TestBoundedByLiveKeys writes rounds of distinct keys, each round after
+// the last has expired: the keys held stay in proportion to one round.
+func TestBoundedByLiveKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		r := New()
+		const perRound = 10_000
+		most := 0
+		for round := range 5 {
+			for i := range perRound {
+				k := fmt.Sprintf("r%d/k%d", round, i)
+				if i%2 == 0 {
+					_, _ = r.Set(ctx, k, envAt("v", time.Second, time.Second), time.Second)
+				} else {
+					g := mustLease(t, r, k, time.Second)
+					mustWrite(t, r, k, envAt("v", time.Second, time.Second), g.Fence, time.Second)
+				}
+				most = max(most, len(r.keys))
+			}
+			time.Sleep(time.Minute + 10*time.Second) // every fence has expired
+		}
+		if most > 2*perRound {
+			t.Fatalf("%d keys held at most, over 5 rounds of %d keys each living 70 s", most, perRound)
+		}
+		t.Logf("at most %d keys held, over 5 rounds of %d", most, perRound)
+	})
 }

@@ -1,10 +1,30 @@
 // Package redisstore keeps a herd cache's remote tier in Redis: envelopes, fenced leases and change notices, on a single node, behind Sentinel or on a Cluster.
 //
-// Each cache key has three Redis keys that share one Cluster hash slot: the
-// envelope (<prefix>{<tag>}:<key>:v), the lease token (…:l) and the fence
-// counter (…:f). Every change runs as one Lua script, so it is atomic.
-// Acquire judges a value's freshness by the server's clock (TIME) against
-// the soft expiry a replica wrote by its own clock: keep the clocks in sync.
+// Each cache key has up to three Redis keys that share one Cluster hash
+// slot, each with a TTL: the envelope (<prefix>{<tag>}:<key>:v), kept for
+// the ttl it was written with; the lease token (…:l), kept for the lease's
+// ttl; and the fence (…:f), kept for max(the value's ttl, the lease's ttl,
+// 1 min) + 10 s after the last write, Set, Invalidate, Acquire or Extend
+// (none shortens a longer TTL), so that Redis holds nothing for a key that
+// is no longer used. A small value takes about 360 bytes of Redis memory
+// under a held lease (Redis 7.0, a 1-byte value and a short key: envelope
+// 136, lease 136, fence 88), or about 224 without one. Every change runs as
+// one Lua script, so it is atomic. Acquire judges a value's freshness by
+// the server's clock (TIME) against the soft expiry a replica wrote by its
+// own clock: keep the clocks in sync.
+//
+// A fence is max(the previous fence + 1, the server's clock in Unix
+// microseconds), below 2^53, and a missing fence key reads as fence 0. So
+// when a fence key expires or is evicted, the next fence starts again from
+// the clock, above every fence handed out before, provided the clock that
+// gives the next fence does not read earlier than the one that gave the
+// lost fence, less the time in between. A fence key that expired was left
+// alone for its TTL, so only a clock stepped back by more than that (over a
+// minute) could break it; a fence key evicted or lost in a failover (below)
+// may have been given out just before, so keep the servers' clocks in sync
+// and never stepped back (NTP slews small corrections). A holder whose
+// fence key has gone cannot write: a missing key holds only fence 0.
+//
 // Change and completion notices go out with classic PUBLISH on
 // <prefix>events, which reaches subscribers on every node of a Cluster.
 // Acquire treats a stored value that Go's decoder would refuse (an unknown
@@ -13,19 +33,19 @@
 // about one key's state (a fence key that holds no fence, a key of another
 // type) wraps [herd.ErrRejected], which the cache's breaker does not count.
 //
-// Redis settings. Fence keys have no TTL and must never be evicted: an
-// evicted fence restarts at zero and lets an old write through. Use the
-// maxmemory-policy noeviction, or a volatile-* policy (volatile-lru,
-// volatile-lfu, volatile-random, volatile-ttl), which evicts only keys with a
-// TTL; not an allkeys-* policy.
+// Redis settings. Any maxmemory-policy works: an evicted value is a miss,
+// reloaded under the fence; an evicted lease may cost a second load beside
+// the first, whose write is then refused; an evicted fence key restarts
+// from the clock, so an older holder's write is refused, as above. (Under
+// noeviction, a full Redis refuses writes instead.)
 //
-// Limits. Fencing holds as long as the primary keeps the writes it
-// acknowledged. Replication is asynchronous: after a failover to a replica
-// that had not received the latest INCR, or a restart without persistence,
-// fences can go back, and a load that began before the loss may then write
-// its value over a newer one. Run Redis with persistence (appendonly yes)
-// where that matters; min-replicas-to-write narrows the failover window but
-// does not close it. Notices can be lost (a dropped connection, a slow
+// Limits. Replication is asynchronous: a failover to a replica that had not
+// received the latest writes, or a restart without persistence, loses them,
+// and readers may see an older value than a notice announced. The lost
+// fences do not come back: the next fence comes from the clock, under the
+// assumption above. Run Redis with persistence (appendonly yes) where lost
+// writes matter; min-replicas-to-write narrows the failover window but does
+// not close it. Notices can be lost (a dropped connection, a slow
 // subscriber): once the subscription reconnects, subscribers are told to
 // drop everything and Wait-ers wake to re-read, and the cache's NearTTL
 // bounds the staleness in between.
@@ -56,6 +76,13 @@ import (
 const (
 	DefaultPrefix  = "herd:"
 	DefaultTimeout = 250 * time.Millisecond
+)
+
+// Fence key TTLs: a fence key lives max(the value's ttl, the lease's ttl,
+// minFenceTTL) + fenceMargin after each change to its key.
+const (
+	minFenceTTL = time.Minute
+	fenceMargin = 10 * time.Second
 )
 
 // subscribeQueue is how many notices a subscription queues for a slow fn
@@ -133,6 +160,10 @@ type Remote struct {
 	// subs holds the subscriptions that have not been stopped.
 	subs map[*notify.Subscription]struct{}
 
+	// fenceFloor and fenceMargin are minFenceTTL and fenceMargin, which
+	// tests lower to see fence keys expire.
+	fenceFloor, fenceMargin time.Duration
+
 	// onWait, when non-nil, is called by Wait once it is registered to be
 	// woken; tests set it to know when to announce.
 	onWait func(key string)
@@ -174,14 +205,16 @@ func New(o Options) (*Remote, error) {
 	}
 
 	r := &Remote{
-		client:    o.Client,
-		space:     space,
-		channel:   space.Channel(),
-		timeout:   timeout,
-		id:        newToken()[:originLen],
-		listening: make(chan struct{}),
-		ready:     make(chan struct{}),
-		subs:      make(map[*notify.Subscription]struct{}),
+		client:      o.Client,
+		space:       space,
+		channel:     space.Channel(),
+		timeout:     timeout,
+		fenceFloor:  minFenceTTL,
+		fenceMargin: fenceMargin,
+		id:          newToken()[:originLen],
+		listening:   make(chan struct{}),
+		ready:       make(chan struct{}),
+		subs:        make(map[*notify.Subscription]struct{}),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -276,8 +309,9 @@ func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
 }
 
 // Write stores env, its fence field set to fence, under key for ttl if fence
-// is key's current fence (zero for a key never fenced), announces the change
-// and reports whether it wrote. An env that does not decode is an error and
+// is key's current fence (zero for a key never fenced, or whose fence key
+// has expired or been evicted), keeps the fence key at least as long,
+// announces the change and reports whether it wrote. An env that does not decode is an error and
 // changes nothing.
 func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration) (bool, error) {
 	ms, err := r.prepare("write", key, env, ttl)
@@ -291,7 +325,7 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	wrote, err := writeScript.Run(ctx, r.client, []string{n.Value, n.Fence},
-		strconv.FormatUint(fence, 10), ms, env, r.channel, key).Int64()
+		strconv.FormatUint(fence, 10), ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
 	if err != nil {
 		return false, fail("write", key, err)
 	}
@@ -314,7 +348,7 @@ func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	wrote, err := writeReleaseScript.Run(ctx, r.client, []string{n.Value, n.Fence, n.Lease},
-		strconv.FormatUint(fence, 10), ms, env, r.channel, key, token, r.id).Int64()
+		strconv.FormatUint(fence, 10), ms, env, r.channel, key, token, r.id, r.fenceTTL(ms)).Int64()
 	if err != nil {
 		return false, fail("write-release", key, err)
 	}
@@ -335,7 +369,7 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	n := r.space.Names(key)
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	fence, err := setScript.Run(ctx, r.client, []string{n.Value, n.Fence}, ms, env, r.channel, key).Int64()
+	fence, err := setScript.Run(ctx, r.client, []string{n.Value, n.Fence}, ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
 	if err != nil {
 		return 0, fail("set", key, err)
 	}
@@ -351,7 +385,7 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 	n := r.space.Names(key)
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	if err := invalidateScript.Run(ctx, r.client, []string{n.Value, n.Fence}, r.channel, key).Err(); err != nil {
+	if err := invalidateScript.Run(ctx, r.client, []string{n.Value, n.Fence}, r.channel, key, r.fenceTTL(0)).Err(); err != nil {
 		return fail("invalidate", key, err)
 	}
 	return nil
@@ -374,7 +408,7 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	n := r.space.Names(key)
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs).Slice()
+	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms)).Slice()
 	if err != nil {
 		return herd.Grant{}, fail("acquire", key, err)
 	}
@@ -398,7 +432,7 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 }
 
 // Extend pushes key's lease expiry to ttl from now if token still holds it,
-// and reports whether it did.
+// keeping the fence key at least as long, and reports whether it did.
 func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	if err := r.check("extend", key); err != nil {
 		return false, err
@@ -413,7 +447,7 @@ func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	n := r.space.Names(key)
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	ok, err := extendScript.Run(ctx, r.client, []string{n.Lease}, token, ms).Int64()
+	ok, err := extendScript.Run(ctx, r.client, []string{n.Lease, n.Fence}, token, ms, r.fenceTTL(ms)).Int64()
 	if err != nil {
 		return false, fail("extend", key, err)
 	}
@@ -664,6 +698,12 @@ func (r *Remote) prepare(op, key string, env []byte, ttl time.Duration) (int64, 
 		return 0, fmt.Errorf("redisstore: %s %q: %w: %w", op, key, herd.ErrRejected, err)
 	}
 	return ms, nil
+}
+
+// fenceTTL returns the least TTL, in milliseconds, of a fence key after a
+// change that keeps a value or a lease for ms milliseconds (0 for neither).
+func (r *Remote) fenceTTL(ms int64) int64 {
+	return max(ms, r.fenceFloor.Milliseconds()) + r.fenceMargin.Milliseconds()
 }
 
 // millis returns ttl in whole milliseconds, rounded up (Redis expiries are in

@@ -176,8 +176,8 @@ func TestScriptFlush(t *testing.T) {
 			}
 			mustFlush()
 			f, err := r.Set(ctx, k, fresh("s"), time.Minute)
-			if err != nil || f != g.Fence+1 {
-				t.Fatalf("Set after SCRIPT FLUSH = %d, %v; want fence %d", f, err, g.Fence+1)
+			if err != nil || f <= g.Fence {
+				t.Fatalf("Set after SCRIPT FLUSH = %d, %v; want a fence above %d", f, err, g.Fence)
 			}
 			mustFlush()
 			if err := r.Invalidate(ctx, k); err != nil {
@@ -339,8 +339,11 @@ func TestRejectedErrors(t *testing.T) {
 	}
 }
 
-// TestFence checks the fence key: it has no TTL, and a fence that cannot
-// advance, or that is not a number, is an error that changes nothing.
+// TestFence checks the fence key: it holds the fence in decimal, at or
+// above the server's clock in microseconds; its TTL is max(the value's ttl,
+// the lease's ttl, 1 min) + 10 s, set or lengthened by every change and
+// every Extend, never shortened; and a fence that cannot advance, or that is
+// not a number, is an error that changes nothing.
 func TestFence(t *testing.T) {
 	t.Parallel()
 	c := redistest.Server(t).Client()
@@ -349,18 +352,107 @@ func TestFence(t *testing.T) {
 
 	const k = "fence"
 	n := r.space.Names(k)
-	f, err := r.Set(ctx, k, fresh("v"), time.Minute)
+	// wantTTL checks that the fence key expires in ttl + 10 s, give or take
+	// how long the calls took.
+	wantTTL := func(what string, ttl time.Duration) {
+		t.Helper()
+		want := ttl + 10*time.Second
+		got, err := c.PTTL(ctx, n.Fence).Result()
+		if err != nil || got > want || got < want-deadline {
+			t.Fatalf("after %s: PTTL of the fence key = %v, %v; want %v", what, got, err, want)
+		}
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	f, err := r.Set(ctx, k, fresh("v"), time.Second)
 	if err != nil {
 		t.Fatalf("Set: %v", err)
 	}
-	if ttl, err := c.PTTL(ctx, n.Fence).Result(); err != nil || ttl != -1 {
-		t.Fatalf("PTTL of the fence key = %v, %v; want no expiry (-1)", ttl, err)
+	if us := uint64(now.UnixMicro()); f < us || f > envelope.MaxFence {
+		t.Fatalf("Set's fence = %d, want one in [the server's clock %d µs, 2^53)", f, us)
 	}
 	if got, err := c.Get(ctx, n.Fence).Result(); err != nil || got != strconv.FormatUint(f, 10) {
 		t.Fatalf("fence key = %q, %v; want %d", got, err, f)
 	}
+	wantTTL("Set for 1s", time.Minute)
 
-	for _, bad := range []string{strconv.FormatUint(envelope.MaxFence, 10), "not a number"} {
+	last := f
+	advanced := func(what string, f uint64) {
+		t.Helper()
+		if f <= last {
+			t.Fatalf("%s: fence %d, not above %d", what, f, last)
+		}
+		last = f
+	}
+	f, err = r.Set(ctx, k, fresh("v"), 2*time.Hour)
+	if err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	advanced("Set", f)
+	wantTTL("Set for 2h", 2*time.Hour)
+	f, err = r.Set(ctx, k, fresh("v"), time.Second)
+	if err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	advanced("Set", f)
+	wantTTL("Set for 1s after one for 2h", 2*time.Hour)
+
+	// A fence key left without a TTL by an older version gets one.
+	if err := c.Persist(ctx, n.Fence).Err(); err != nil {
+		t.Fatalf("PERSIST: %v", err)
+	}
+	if err := r.Invalidate(ctx, k); err != nil {
+		t.Fatalf("Invalidate: %v", err)
+	}
+	wantTTL("Invalidate of a fence key without a TTL", time.Minute)
+	f, err = c.Get(ctx, n.Fence).Uint64()
+	if err != nil {
+		t.Fatalf("GET fence: %v", err)
+	}
+	advanced("Invalidate", f)
+
+	g, err := r.Acquire(ctx, k, 3*time.Hour, time.Time{})
+	if err != nil || g.Token == "" {
+		t.Fatalf("Acquire = %+v, %v; want a lease", g, err)
+	}
+	advanced("Acquire", g.Fence)
+	wantTTL("Acquire for 3h", 3*time.Hour)
+	if ok, err := r.Extend(ctx, k, g.Token, 5*time.Hour); !ok || err != nil {
+		t.Fatalf("Extend = %v, %v; want true", ok, err)
+	}
+	wantTTL("Extend for 5h", 5*time.Hour)
+	if ok, err := r.Extend(ctx, k, "not the token", 9*time.Hour); ok || err != nil {
+		t.Fatalf("Extend with another token = %v, %v; want false", ok, err)
+	}
+	wantTTL("a refused Extend", 5*time.Hour)
+	if ok, err := r.Write(ctx, k, fresh("v"), g.Fence, 6*time.Hour); !ok || err != nil {
+		t.Fatalf("Write = %v, %v; want true", ok, err)
+	}
+	wantTTL("Write for 6h", 6*time.Hour)
+	if ok, err := r.Write(ctx, k, fresh("v"), g.Fence-1, 9*time.Hour); ok || err != nil {
+		t.Fatalf("Write under a stale fence = %v, %v; want false", ok, err)
+	}
+	wantTTL("a refused Write", 6*time.Hour)
+	if ok, err := r.WriteRelease(ctx, k, fresh("v"), g.Fence, 7*time.Hour, g.Token); !ok || err != nil {
+		t.Fatalf("WriteRelease = %v, %v; want true", ok, err)
+	}
+	wantTTL("WriteRelease for 7h", 7*time.Hour)
+	if ok, err := r.WriteRelease(ctx, k, fresh("v"), g.Fence-1, 9*time.Hour, g.Token); ok || err != nil {
+		t.Fatalf("WriteRelease under a stale fence = %v, %v; want false", ok, err)
+	}
+	wantTTL("a refused WriteRelease", 7*time.Hour)
+
+	// A write under fence 0 to a key never fenced makes no fence key.
+	if ok, err := r.Write(ctx, "unfenced", fresh("v"), 0, time.Minute); !ok || err != nil {
+		t.Fatalf("Write under fence 0 = %v, %v; want true", ok, err)
+	}
+	if got, err := c.Exists(ctx, r.space.Names("unfenced").Fence).Result(); got != 0 || err != nil {
+		t.Fatalf("EXISTS of the fence key after a write under fence 0 = %d, %v; want 0", got, err)
+	}
+
+	for _, bad := range []string{strconv.FormatUint(envelope.MaxFence, 10), "99999999999999999999", "not a number", "", "-5", "1e3", "0x10", " 7"} {
 		if err := c.Set(ctx, n.Fence, bad, 0).Err(); err != nil {
 			t.Fatalf("SET: %v", err)
 		}
@@ -368,8 +460,8 @@ func TestFence(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Load: %v", err)
 		}
-		if f, err := r.Set(ctx, k, fresh("other"), time.Minute); err == nil || !strings.HasPrefix(err.Error(), "redisstore: ") {
-			t.Errorf("fence %q: Set = %d, %v; want a redisstore error", bad, f, err)
+		if f, err := r.Set(ctx, k, fresh("other"), time.Minute); !errors.Is(err, herd.ErrRejected) || !strings.HasPrefix(err.Error(), "redisstore: ") {
+			t.Errorf("fence %q: Set = %d, %v; want a redisstore error wrapping herd.ErrRejected", bad, f, err)
 		}
 		if err := r.Invalidate(ctx, k); err == nil {
 			t.Errorf("fence %q: Invalidate = nil, want an error", bad)
@@ -632,8 +724,12 @@ func TestNoticesAnyKey(t *testing.T) {
 		if err := writer.Invalidate(ctx, k); err != nil {
 			t.Fatalf("Invalidate(%q): %v", k, err)
 		}
-		if got := next(t, notices); got != (notify.Notice{Key: k, Fence: f + 1}) {
-			t.Fatalf("notice of Invalidate(%q) = %+v, want fence %d", k, got, f+1)
+		f2, err := n.Client().Get(ctx, writer.space.Names(k).Fence).Uint64()
+		if err != nil || f2 <= f {
+			t.Fatalf("fence after Invalidate(%q) = %d, %v; want one above %d", k, f2, err, f)
+		}
+		if got := next(t, notices); got != (notify.Notice{Key: k, Fence: f2}) {
+			t.Fatalf("notice of Invalidate(%q) = %+v, want fence %d", k, got, f2)
 		}
 	}
 	// The other prefix shares the server, not the channel.

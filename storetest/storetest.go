@@ -35,7 +35,9 @@ const (
 // key is a key like any other; a ttl that is not positive and an envelope
 // that does not decode are errors that wrap [herd.ErrRejected] and change
 // nothing; a Write under the fence of a key that was never fenced (fence 0)
-// stores. When the Lease is a [herd.WriteReleaser], Run checks WriteRelease
+// stores; a lease that expires leaves its fence current, so its holder can
+// still write until the fence advances (a tier may expire a fence, but not
+// sooner than its lease). When the Lease is a [herd.WriteReleaser], Run checks WriteRelease
 // too.
 func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	for _, tc := range []struct {
@@ -54,6 +56,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 		{"FencesIncrease", testFencesIncrease},
 		{"ExtendReleaseToken", testExtendReleaseToken},
 		{"LeaseExpires", testLeaseExpires},
+		{"FenceOutlivesLease", testFenceOutlivesLease},
 		{"WaitWakesOnRelease", testWaitWakesOnRelease},
 		{"WaitContextEnds", testWaitContextEnds},
 		{"HardExpiry", testHardExpiry},
@@ -481,6 +484,28 @@ func testLeaseExpires(t *testing.T, _ herd.Store, l herd.Lease) {
 	release(t, l, k, g.Token)
 	if h := acquire(t, l, k, longTTL); h.HeldFor <= 0 {
 		t.Fatalf("after Release with an expired token: Acquire = %+v, want the new holder's lease kept", h)
+	}
+}
+
+func testFenceOutlivesLease(t *testing.T, s herd.Store, l herd.Lease) {
+	k := key(t, "k")
+	g := lease(t, l, k, longTTL)
+	if !extend(t, l, k, g.Token, time.Millisecond) {
+		t.Fatal("Extend with the holder's token reported false")
+	}
+	eventually(t, "lease expiry", func() bool { return !extend(t, l, k, g.Token, time.Millisecond) })
+	v := fresh("late")
+	if !write(t, s, k, v, g.Fence, longTTL) {
+		t.Fatalf("Write under fence %d refused after its lease expired, with no newer fence", g.Fence)
+	}
+	wantLoad(t, s, k, fenced(t, v, g.Fence))
+	// The value is fresh: ask for a newer one, as a refresh does.
+	next := acquireAfter(t, l, k, longTTL, time.Now().Add(2*longTTL))
+	if next.Token == "" || next.Fence <= g.Fence {
+		t.Fatalf("Acquire after the lease expired = %+v, want a lease with a fence above %d", next, g.Fence)
+	}
+	if write(t, s, k, fresh("later"), g.Fence, longTTL) {
+		t.Fatalf("Write under fence %d accepted after a newer acquisition", g.Fence)
 	}
 }
 

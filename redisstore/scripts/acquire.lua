@@ -1,7 +1,8 @@
 -- Acquire: a fresh value, else the lease and a new fence, else how long the
 -- current lease has left.
 -- KEYS[1] value, KEYS[2] lease, KEYS[3] fence
--- ARGV[1] token, ARGV[2] lease ttl (ms), ARGV[3] after (Unix ms, >= 0)
+-- ARGV[1] token, ARGV[2] lease ttl (ms), ARGV[3] after (Unix ms, >= 0),
+-- ARGV[4] least fence ttl (ms)
 -- Returns {1, envelope} | {2, fence} | {3, lease ms left}.
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -17,7 +18,7 @@ if left ~= -2 then
   end
   return {3, left}
 end
-local fence, err = advance(KEYS[3])
+local fence, err = advance(KEYS[3], ARGV[4])
 if not fence then
   return redis.error_reply(err)
 end

@@ -62,18 +62,48 @@ local function nowms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- advance increments the fence key f and returns the new fence, or nil and
--- an error message, changing nothing, when it cannot advance.
-local function advance(f)
+-- keep gives the fence key f a TTL of at least ms milliseconds (a decimal
+-- string): it sets one when f has none (a key written before fence keys
+-- expired) or a shorter one, and never shortens a longer one. A missing f
+-- stays missing: it reads as fence 0.
+local function keep(f, ms)
+  local left = redis.call('PTTL', f)
+  if left == -1 or (left >= 0 and left < tonumber(ms)) then
+    redis.call('PEXPIRE', f, ms)
+  end
+end
+
+-- advance sets the fence key f to a new fence, max(old + 1, the server's
+-- clock in Unix microseconds), below 2^53, with a TTL of at least ms
+-- milliseconds (a decimal string) that keeps any longer one, and returns
+-- it; or it returns nil and an error message, changing nothing, when f holds
+-- no fence or its fence cannot advance. A missing f reads as fence 0, so a
+-- fence key that expired or was evicted restarts at the clock, above every
+-- fence it gave out as long as the clock has not gone back by more than the
+-- fence key's TTL.
+local function advance(f, ms)
   local cur = redis.call('GET', f)
-  local n = tonumber(cur or '0')
-  if n == nil then
-    return nil, 'HERD fence key ' .. f .. ' holds ' .. string.format('%q', cur) .. ', not a fence'
+  local n = 0
+  if cur then
+    n = string.match(cur, '^%d+$') and tonumber(cur)
+    if not n then
+      return nil, 'HERD fence key ' .. f .. ' holds ' .. string.format('%q', cur) .. ', not a fence'
+    end
   end
   if n >= MAXFENCE then
     return nil, 'HERD fence ' .. string.format('%.0f', n) .. ' cannot advance (fences stay below 2^53)'
   end
-  return redis.call('INCR', f)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  n = math.max(n + 1, math.min(now, MAXFENCE))
+  local px = tonumber(ms)
+  local left = redis.call('PTTL', f)
+  if left > px then
+    px = left
+  end
+  -- '%.0f': a Lua number converted to a string may take exponent form.
+  redis.call('SET', f, string.format('%.0f', n), 'PX', string.format('%.0f', px))
+  return n
 end
 
 -- store sets the value key v to the envelope env under fence for ttl
