@@ -39,10 +39,10 @@ type Cache[V any] struct {
 	// reads coalesces the Store reads of a key: a burst of callers of one
 	// key makes one read per replica, not one each.
 	reads flight.Group[string, remoteRead[V]]
-	gens    generations
-	clk     clock
-	st      counters
-	brk     breaker
+	gens  generations
+	clk   clock
+	st    counters
+	brk   breaker
 
 	recorder Recorder      // nil: none
 	tracer   Tracer        // nil: no spans
