@@ -563,6 +563,11 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 		candidate = re
 	}
 
+	if load == nil {
+		// Nothing to load with: take neither the lease (which would advance
+		// the fence) nor a limiter slot.
+		return nil, ErrNoLoader
+	}
 	var held *heldLease
 	if remoteUp && c.cfg.Lease != nil {
 		// A value counts as fresh by both clocks, the Store's and this
@@ -610,9 +615,6 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 		defer l.Release()
 	}
 
-	if load == nil {
-		return nil, ErrNoLoader
-	}
 	v, delta, d, err := c.runLoad(ctx, key, load, background)
 	now = c.clk.now()
 	if err != nil {

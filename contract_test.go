@@ -14,6 +14,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/flight"
+	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
 )
 
@@ -462,4 +463,28 @@ func TestGoexitWithoutCoalescing(t *testing.T) {
 	if !errors.Is(err, flight.ErrGoexit) {
 		t.Fatalf("Get = %v, want flight.ErrGoexit", err)
 	}
+}
+
+// A Get with no loader on a cold key takes neither the lease, whose
+// acquisition would advance the fence, nor a limiter slot.
+func TestNoLoaderTakesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		l, err := limiter.New(limiter.Options{Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := fleetOptions(r)
+		o.Limiter = l
+		c := newCache(t, o)
+		if _, err := c.Get(bounded(t), "cold", nil); !errors.Is(err, herd.ErrNoLoader) {
+			t.Fatalf("Get with no loader = %v, want ErrNoLoader", err)
+		}
+		if st := r.Stats(); st.AcquireLease != 0 {
+			t.Errorf("the Get took the lease %d times, want never", st.AcquireLease)
+		}
+		if st := l.Stats(); st.Acquired != 0 {
+			t.Errorf("the Get took %d limiter slots, want none", st.Acquired)
+		}
+	})
 }
