@@ -1265,6 +1265,9 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("New(DefaultOptions()): %v", err)
 	}
 	c2.Close(context.Background())
+	if d.RefreshBackoff != time.Second {
+		t.Errorf("DefaultOptions RefreshBackoff = %v, want 1s: a failing refresh must not retry on every read", d.RefreshBackoff)
+	}
 	d.MaxEntries = 0
 	if herd.DefaultOptions[int]().MaxEntries == 0 {
 		t.Error("DefaultOptions returns shared state")

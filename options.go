@@ -168,7 +168,8 @@ type Options[V any] struct {
 
 // DefaultOptions returns the recommended settings, a starting point to
 // adjust: 100,000 local entries, fresh for one minute and served stale for
-// four more, jitter 0.1, XFetch beta 1, a limiter of 32 concurrent loads
+// four more, jitter 0.1, XFetch beta 1, a second between a failed
+// background refresh and the next, a limiter of 32 concurrent loads
 // (a quarter reserved for foreground misses, a one-second queue timeout),
 // near-cache TTL one second, a five-second lease, and a breaker that opens
 // after five failed remote calls and probes every second (used once a Store
@@ -187,8 +188,11 @@ func DefaultOptions[V any]() *Options[V] {
 		Jitter:     0.1,
 		Beta:       1,
 		Limiter:    l,
-		NearTTL:    time.Second,
-		LeaseTTL:   5 * time.Second,
+
+		RefreshBackoff: time.Second,
+
+		NearTTL:  time.Second,
+		LeaseTTL: 5 * time.Second,
 
 		BreakerThreshold: 5,
 		BreakerCooldown:  time.Second,
