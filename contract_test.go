@@ -14,6 +14,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/flight"
+	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
 )
@@ -487,4 +488,51 @@ func TestNoLoaderTakesNothing(t *testing.T) {
 			t.Errorf("the Get took %d limiter slots, want none", st.Acquired)
 		}
 	})
+}
+
+// A stored value whose envelope is sound but whose bytes the codec cannot
+// read is loaded again without the lease (the tier handed the value, not a
+// lease), so no lease is extended, released or reported lost.
+func TestUndecodableValueTakesNoLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		o := fleetOptions(r)
+		var lost atomic.Int64
+		o.Recorder = leaseCounter{lost: &lost}
+		c := newCache(t, o)
+		env := envelopeOf(t, []byte("not json"), time.Now().Add(time.Hour))
+		if _, err := r.Set(t.Context(), "k", env, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		mustGet(t, c, "k", func(context.Context) (int, error) {
+			time.Sleep(2 * fleetLeaseTTL) // long enough for a watchdog to tick
+			return 4, nil
+		}, 4)
+		synctest.Wait()
+		if st := c.Stats(); st.LeaseLost != 0 || st.LeaseExtended != 0 || lost.Load() != 0 {
+			t.Errorf("no lease was taken, yet %d extensions and %d lost leases were counted (%d reported)", st.LeaseExtended, st.LeaseLost, lost.Load())
+		}
+		if st := r.Stats(); st.AcquireLease != 0 || st.Extends != 0 {
+			t.Errorf("the tier saw %d leases and %d extensions, want none", st.AcquireLease, st.Extends)
+		}
+	})
+}
+
+// leaseCounter counts the LeaseLost events a cache reports.
+type leaseCounter struct{ lost *atomic.Int64 }
+
+func (leaseCounter) RecordGet(herd.GetResult)              {}
+func (leaseCounter) RecordLoad(time.Duration, error, bool) {}
+func (leaseCounter) RecordShed(string, bool)               {}
+func (leaseCounter) RecordBreaker(bool)                    {}
+func (l leaseCounter) RecordLease(e herd.LeaseEvent, _ time.Duration) {
+	if e == herd.LeaseLost {
+		l.lost.Add(1)
+	}
+}
+
+// envelopeOf encodes value as a remote entry fresh until soft.
+func envelopeOf(t *testing.T, value []byte, soft time.Time) []byte {
+	t.Helper()
+	return envelope.Append(nil, &envelope.Envelope{Soft: soft.UnixMilli(), Hard: soft.UnixMilli(), Value: value})
 }
