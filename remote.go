@@ -68,7 +68,9 @@ type Lease interface {
 
 // WriteReleaser is implemented by a [Lease] that can end a load in one call:
 // the write of its value under the lease's fence and the release of the
-// lease, which a lease holder makes together when its load returns.
+// lease, which a lease holder makes together when its load returns. A cache
+// whose Lease implements it writes through it, so it must write where the
+// cache's [Store] reads, as a tier that is both does.
 type WriteReleaser interface {
 	// WriteRelease does what [Store.Write] (key, env, fence, ttl) and then
 	// [Lease.Release] (key, token) do, and reports whether it wrote; the
