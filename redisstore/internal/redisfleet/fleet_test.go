@@ -291,6 +291,19 @@ func (lostLease) Extend(context.Context, string, string, time.Duration) (bool, e
 	return true, nil
 }
 
+// fencedSignal receives a value each time its caches' writes are refused.
+type fencedSignal chan struct{}
+
+func (fencedSignal) RecordGet(herd.GetResult)              {}
+func (fencedSignal) RecordLoad(time.Duration, error, bool) {}
+func (fencedSignal) RecordShed(string, bool)               {}
+func (fencedSignal) RecordBreaker(bool)                    {}
+func (f fencedSignal) RecordLease(e herd.LeaseEvent, _ time.Duration) {
+	if e == herd.LeaseFenced {
+		f <- struct{}{}
+	}
+}
+
 // fenceRecorder closes fenced when its cache's first write is refused.
 type fenceRecorder struct {
 	fenced chan struct{}
@@ -369,7 +382,10 @@ func TestPausedHolderIsFenced(t *testing.T) {
 // the two interleave.
 func TestInvalidateDuringLoad(t *testing.T) {
 	node := redistest.Server(t)
-	rs := fleet(t, 2, func() redis.UniversalClient { return node.Client() }, nil)
+	fenced := make(fencedSignal, 100)
+	rs := fleet(t, 2, func() redis.UniversalClient { return node.Client() }, func(o *herd.Options[string]) {
+		o.Recorder = fenced
+	})
 	a, b := rs[0], rs[1]
 	ctx := context.Background()
 	for i := range 50 {
@@ -390,6 +406,11 @@ func TestInvalidateDuringLoad(t *testing.T) {
 		}
 		close(finish)
 		<-done
+		select { // the write-back runs in the background: wait for its refusal
+		case <-fenced:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the load's write-back was not refused within 10s", i)
+		}
 		env, err := a.remote.Load(ctx, key)
 		if err != nil {
 			t.Fatal(err)
