@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,4 +132,102 @@ func TestCorruptFenceKeepsBreakerClosed(t *testing.T) {
 	if b, err := rs[1].remote.Load(t.Context(), other); err != nil || b == nil {
 		t.Fatalf("the other key's value is not in Redis: %q, %v", b, err)
 	}
+}
+
+// getCounter counts the GET commands a client sends.
+type getCounter struct{ n atomic.Int64 }
+
+func (*getCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *getCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "get" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (*getCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A burst of callers of one key does not become a burst on Redis: 50
+// callers on each of 20 replicas, released at once, with no local copy and
+// the value fresh in Redis, make at most one GET per replica.
+func TestStoreReadsCoalesced(t *testing.T) {
+	node := redistest.Server(t)
+	counters := make([]*getCounter, 20)
+	next := 0
+	rs := fleet(t, 20, func() redis.UniversalClient {
+		c := node.Client()
+		counters[next] = &getCounter{}
+		c.AddHook(counters[next])
+		next++
+		return c
+	}, func(o *herd.Options[string]) {
+		o.SoftTTL, o.NearTTL = time.Minute, time.Minute
+	})
+	key := herd.Key("burst")
+	env := envelope.Append(nil, &envelope.Envelope{
+		Soft:  time.Now().Add(time.Minute).UnixMilli(),
+		Hard:  time.Now().Add(time.Minute).UnixMilli(),
+		Value: []byte("stored"), // the string codec stores the bytes as they are
+	})
+	if _, err := rs[0].remote.Set(t.Context(), key, env, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before := commandstatsGets(t, node.Client())
+	for _, c := range counters {
+		c.n.Store(0)
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		for range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				v, err := r.cache.Get(t.Context(), key, func(context.Context) (string, error) {
+					return "", errors.New("loaded: the stored value was not served")
+				})
+				if err != nil || v != "stored" {
+					t.Errorf("Get = %q, %v; want the stored value", v, err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	total := int64(0)
+	for i, c := range counters {
+		n := c.n.Load()
+		total += n
+		if n > 1 {
+			t.Errorf("replica %d sent %d GETs for one key, want at most 1", i, n)
+		}
+	}
+	server := commandstatsGets(t, node.Client()) - before
+	t.Logf("1,000 Gets on 20 replicas: %d GETs counted by the clients, %d by the server (INFO commandstats)", total, server)
+	if total == 0 {
+		t.Fatal("no GET was counted: the hook judged nothing")
+	}
+}
+
+// commandstatsGets returns how many GET calls the server has served.
+func commandstatsGets(t *testing.T, c redis.UniversalClient) int64 {
+	t.Helper()
+	info, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_get:calls="); ok {
+			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
 }
