@@ -499,7 +499,12 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 		_, err, _ := c.flights.Do(bctx, key, func(fctx context.Context) (*entry[V], error) {
 			return c.fill(fctx, key, load, callOpts{}, e, remoteRead[V]{})
 		})
-		if err != nil && !errors.Is(err, errSkipped) {
+		switch {
+		case errors.Is(err, errSkipped):
+			// Shed, or the lease is held elsewhere: back off as after a
+			// failure, without counting one.
+			e.retryAt.Store(addTime(c.clk.now(), c.cfg.RefreshBackoff))
+		case err != nil:
 			c.st.refreshFailures.add(1)
 			c.event(EventRefreshFailed, key, err)
 			e.retryAt.Store(addTime(c.clk.now(), c.cfg.RefreshBackoff))
@@ -533,6 +538,16 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 			return e, nil
 		}
 		candidate = e
+	}
+
+	// A refresh is admitted by the limiter, without waiting, before it makes
+	// any remote call: one that would be shed touches no Redis key.
+	if l := c.cfg.Limiter; l != nil && background {
+		if !l.TryAcquireBackground() {
+			c.shed(limiter.ReasonReserve, true)
+			return nil, errSkipped
+		}
+		defer l.Release()
 	}
 
 	// The Store read is decided once per fill: a probe of a half-open breaker
@@ -594,23 +609,16 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 		}
 	}
 
-	if l := c.cfg.Limiter; l != nil {
-		if background {
-			if !l.TryAcquireBackground() {
-				c.shed(limiter.ReasonReserve, true)
-				return nil, errSkipped
+	if l := c.cfg.Limiter; l != nil && !background { // a refresh took its slot first
+		start := time.Now()
+		err := l.Acquire(ctx)
+		c.queueDur.observe(time.Since(start))
+		if err != nil {
+			var oe *limiter.OverloadError
+			if errors.As(err, &oe) {
+				c.shed(oe.Reason, false)
 			}
-		} else {
-			start := time.Now()
-			err := l.Acquire(ctx)
-			c.queueDur.observe(time.Since(start))
-			if err != nil {
-				var oe *limiter.OverloadError
-				if errors.As(err, &oe) {
-					c.shed(oe.Reason, false)
-				}
-				return nil, err
-			}
+			return nil, err
 		}
 		defer l.Release()
 	}

@@ -536,3 +536,41 @@ func envelopeOf(t *testing.T, value []byte, soft time.Time) []byte {
 	t.Helper()
 	return envelope.Append(nil, &envelope.Envelope{Soft: soft.UnixMilli(), Hard: soft.UnixMilli(), Value: value})
 }
+
+// A background refresh that the limiter sheds makes no remote call at all,
+// and backs off before the next read tries again.
+func TestShedRefreshTouchesNoRedis(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		l, err := limiter.New(limiter.Options{Limit: 2, Reserve: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := fleetOptions(r)
+		o.Limiter, o.RefreshBackoff = l, time.Second
+		c := newCache(t, o)
+		mustGet(t, c, "k", func(context.Context) (int, error) { return 1, nil }, 1)
+		synctest.Wait()
+		// Hold the one slot that is not reserved for foreground misses.
+		gate := make(chan struct{})
+		busy := getAsync(bounded(t), c, "busy", func(ctx context.Context) (int, error) { return 2, hold(ctx, gate) })
+		synctest.Wait()
+		time.Sleep(fleetSoft) // k is stale now
+		before := r.Stats()
+		refresh := func(context.Context) (int, error) { return 3, nil }
+		for range 6 {
+			mustGet(t, c, "k", refresh, 1) // stale, served; its refresh is shed, then backs off
+			synctest.Wait()
+		}
+		after := r.Stats()
+		acquired := func(s memory.Stats) uint64 { return s.AcquireLease + s.AcquireHeld + s.AcquireValue }
+		if n := acquired(after) - acquired(before); n != 0 {
+			t.Errorf("shed refreshes made %d acquisitions, want none", n)
+		}
+		if shed := l.Stats().ShedReserve; shed != 1 {
+			t.Errorf("%d refreshes were shed over 6 reads, want 1: the others back off", shed)
+		}
+		close(gate)
+		recv(t, busy)
+	})
+}
