@@ -82,8 +82,9 @@ type Options[V any] struct {
 	// callers' contexts say, and each load's write-back to the Store. Zero
 	// means one minute; there is no "no limit", as a shared load must end.
 	LoadTimeout time.Duration
-	// RefreshBackoff is the least time between a failed background refresh of
-	// a key and the next one. Zero means the next read may retry at once.
+	// RefreshBackoff is the least time between a background refresh of a key
+	// that failed, was shed by the limiter or found the lease held by another
+	// replica, and the next one. Zero means the next read may retry at once.
 	RefreshBackoff time.Duration
 
 	// DisableCoalescing lets every miss call its own load. It exists to measure
