@@ -304,22 +304,6 @@ func (f fencedSignal) RecordLease(e herd.LeaseEvent, _ time.Duration) {
 	}
 }
 
-// fenceRecorder closes fenced when its cache's first write is refused.
-type fenceRecorder struct {
-	fenced chan struct{}
-	once   sync.Once
-}
-
-func (*fenceRecorder) RecordGet(herd.GetResult)              {}
-func (*fenceRecorder) RecordLoad(time.Duration, error, bool) {}
-func (*fenceRecorder) RecordShed(string, bool)               {}
-func (*fenceRecorder) RecordBreaker(bool)                    {}
-func (f *fenceRecorder) RecordLease(e herd.LeaseEvent, _ time.Duration) {
-	if e == herd.LeaseFenced {
-		f.once.Do(func() { close(f.fenced) })
-	}
-}
-
 // A holder paused past its lease finishes after another replica wrote: its
 // write is refused and the newer value stays.
 func TestPausedHolderIsFenced(t *testing.T) {
@@ -331,10 +315,10 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	fencedRec := &fenceRecorder{fenced: make(chan struct{})}
+	fenced := make(fencedSignal, 1)
 	paused := herd.Must(herd.New(&herd.Options[string]{
 		MaxEntries: 10, SoftTTL: time.Minute, Store: r, Lease: lostLease{r},
-		LeaseTTL: 300 * time.Millisecond, OnLeaseHeld: herd.Wait, Recorder: fencedRec,
+		LeaseTTL: 300 * time.Millisecond, OnLeaseHeld: herd.Wait, Recorder: fenced,
 	}))
 	defer paused.Close(context.Background())
 	key := herd.Key("paused")
@@ -362,7 +346,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	<-fencedRec.fenced // the write-back runs in the background
+	<-fenced // the write-back runs in the background
 	if n := paused.Stats().FencedWrites; n != 1 {
 		t.Errorf("paused holder's fenced writes = %d, want 1", n)
 	}
