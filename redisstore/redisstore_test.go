@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -191,8 +192,9 @@ func TestScriptFlush(t *testing.T) {
 }
 
 // TestCorruptValueNotFresh writes values straight into Redis: Acquire takes
-// the lease over any that has no whole header of a known version or a
-// negative soft expiry, and returns a good one.
+// the lease over any that envelope.Decode refuses (a short or unknown
+// header, unknown flags, expiries negative, out of order or past MaxExpiry,
+// a negative delta, a fence at or above 2^53), and returns a good one.
 func TestCorruptValueNotFresh(t *testing.T) {
 	t.Parallel()
 	c := redistest.Server(t).Client()
@@ -207,9 +209,7 @@ func TestCorruptValueNotFresh(t *testing.T) {
 		b := envelope.Append(nil, &envelope.Envelope{Value: []byte("v")})
 		for off, x := range map[int]uint64{envelope.SoftOffset: uint64(soft), envelope.HardOffset: uint64(hard),
 			envelope.DeltaOffset: uint64(delta), envelope.FenceOffset: fence} {
-			for i := range 8 {
-				b[off+i] = byte(x >> (56 - 8*i))
-			}
+			binary.BigEndian.PutUint64(b[off:], x)
 		}
 		b[envelope.FlagsOffset] = flags
 		return b
@@ -275,9 +275,7 @@ func TestAcquireAgreesWithDecode(t *testing.T) {
 			if rng.IntN(3) == 0 {
 				x = rng.Uint64()
 			}
-			for j := range 8 {
-				b[off+j] = byte(x >> (56 - 8*j))
-			}
+			binary.BigEndian.PutUint64(b[off:], x)
 		}
 		if rng.IntN(8) == 0 {
 			b[envelope.FlagsOffset] = byte(rng.IntN(256))
