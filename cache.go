@@ -334,7 +334,9 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 			c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
 		} else {
 			c.got(key, ResultHit)
-			c.st.remoteHits.add(1)
+			if !pre.local {
+				c.st.remoteHits.add(1)
+			}
 		}
 		return c.served(e)
 	}
@@ -387,6 +389,9 @@ type remoteRead[V any] struct {
 	done bool   // the read was made; the rest is unset otherwise
 	gen  uint64 // the local generation read before it
 	puts uint64 // the stripe's count of local puts read before it
+	// local is set when no read was made: e was found in the local tier,
+	// put there by a read that ended just before.
+	local bool
 	err  error
 	// e is the decoded value; nil when there is none (gone) or it does not
 	// decode.
@@ -424,6 +429,15 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, co callOpts) (*en
 		return nil, remoteRead[V]{} // a half-open breaker's probe is made inside the flight
 	}
 	r, err, _ := c.reads.Do(ctx, key, func(rctx context.Context) (remoteRead[V], error) {
+		// A caller that missed the local tier just before the last shared
+		// read put its value there starts a read of its own: re-check first.
+		if e, ok := c.local.GetIfPresent(key); ok {
+			if now := c.clk.now(); now < e.hard && c.trusted(e, now) {
+				r := remoteRead[V]{done: true, local: true, e: e}
+				r.gen, r.puts = c.gens.get(key)
+				return r, nil
+			}
+		}
 		r := c.loadRemote(rctx, key)
 		if r.e != nil && c.clk.now() < r.e.hard {
 			c.setLocal(key, r.e, r.gen)
