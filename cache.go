@@ -392,7 +392,7 @@ type remoteRead[V any] struct {
 	// local is set when no read was made: e was found in the local tier,
 	// put there by a read that ended just before.
 	local bool
-	err  error
+	err   error
 	// e is the decoded value; nil when there is none (gone) or it does not
 	// decode.
 	e    *entry[V]
