@@ -8,131 +8,199 @@ import (
 	"time"
 )
 
-var (
-	// errRemote marks a remote-tier failure met while taking a lease: the
-	// load goes on without the lease and without writing remotely.
-	errRemote = errors.New("herd: remote tier error")
-	// errUnfenced is how a Wait loser whose wait timed out is told to load
-	// without writing (Options.LoadOnLeaseTimeout).
-	errUnfenced = errors.New("herd: load without the lease")
-)
-
 // Bounds of the fallback re-read of a Wait loser between completion notices.
 const (
 	minWaitBackoff = 50 * time.Millisecond
 	maxWaitBackoff = time.Second
 )
 
-// acquire settles a miss at the lease. It returns one of: an entry to serve
-// (fresh from the lease holder, or a stale candidate), a grant with a token
-// to load under, an empty grant when the stored value cannot be decoded (load
-// and overwrite it with Set), or an error: errSkipped for a background
-// refresh that found the lease held, errRemote or errUnfenced to load without
-// a remote write, or one for the caller.
-func (c *Cache[V]) acquire(ctx context.Context, key string, after time.Time, background bool, co callOpts, candidate *entry[V]) (*entry[V], Grant, error) {
+// leaseOutcome is what this replica learnt from the lease of a key.
+type leaseOutcome uint8
+
+const (
+	// leaseGranted: this replica holds the lease; the attempt's grant has its
+	// token and fence.
+	leaseGranted leaseOutcome = iota
+	// leaseFound: a value to serve instead of loading, in the attempt's e:
+	// fresh from the Store, or, for a loser, a stale candidate.
+	leaseFound
+	// leaseHeld: another replica holds the lease until the attempt's until.
+	leaseHeld
+	// leaseUndecodable: the Store holds a value this cache cannot decode and
+	// no lease was taken: load, and overwrite it unfenced.
+	leaseUndecodable
+	// leaseFailed: the remote tier failed: load without writing remotely.
+	leaseFailed
+)
+
+// attempt is one answer of the lease: its outcome and what comes with it.
+type attempt[V any] struct {
+	outcome leaseOutcome
+	grant   Grant     // leaseGranted
+	e       *entry[V] // leaseFound
+	until   int64     // leaseHeld: when the holder's lease ends (Unix ns)
+}
+
+// tryLease makes one attempt at key's lease: one round trip, whose answer is
+// the lease, a value fresh by both clocks (the Store's and after, Unix ns),
+// or how long another holder keeps it. A holder found is remembered, so that
+// this replica does not try again before its notice or its time. The error
+// is the caller's context ending; a remote failure is an outcome.
+func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attempt[V], error) {
+	g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, after))
+	c.remoteDone(ctx, err)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return attempt[V]{}, fmt.Errorf("herd: %w", ctx.Err())
+	case err != nil:
+		return attempt[V]{outcome: leaseFailed}, nil
+	case g.Value != nil:
+		if e, ok := c.decode(g.Value); ok {
+			return attempt[V]{outcome: leaseFound, e: e}, nil
+		}
+		return attempt[V]{outcome: leaseUndecodable}, nil
+	case g.Token != "":
+		c.st.leaseAcquired.add(1)
+		c.leaseEvent(LeaseAcquired, 0)
+		return attempt[V]{outcome: leaseGranted, grant: g}, nil
+	}
+	c.st.leaseContended.add(1)
+	c.leaseEvent(LeaseContended, 0)
+	now := c.clk.now()
+	until := addTime(now, max(g.HeldFor, time.Millisecond))
+	c.gens.markHeld(key, until, now)
+	return attempt[V]{outcome: leaseHeld, until: until}, nil
+}
+
+// heldElsewhere is the attempt this replica need not make: the lease of key
+// is held by another replica until a time still ahead, as it was told.
+func (c *Cache[V]) heldElsewhere(key string, now int64) (attempt[V], bool) {
+	until, ok := c.gens.held(key, now)
+	return attempt[V]{outcome: leaseHeld, until: until}, ok
+}
+
+// waitHolder waits for another replica's load of key, for at most
+// LeaseWait: for its completion notice, re-reading the Store between
+// notices with a bounded backoff. The lease is tried again only once a
+// notice came or the holder's time (until) has passed. A remote failure
+// ends the wait only when it opened the breaker.
+func (c *Cache[V]) waitHolder(ctx context.Context, key string, until int64) (attempt[V], error) {
+	ctx, end := c.span(ctx, "herd.lease_wait", key)
+	defer end(nil)
 	start := time.Now()
 	deadline := start.Add(c.cfg.LeaseWait)
 	backoff := minWaitBackoff
-	waited, pushed := false, false
-	var end func(error)
-	defer func() {
-		if end != nil {
-			end(nil)
-		}
-	}()
 	for {
-		g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, after)
-		c.remoteDone(ctx, err)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, g, fmt.Errorf("herd: %w", ctx.Err())
-			}
-			return nil, g, fmt.Errorf("%w: acquire %q: %w", errRemote, key, err)
-		}
-		if g.Value != nil {
-			e, ok := c.decode(g.Value)
-			if !ok {
-				return nil, Grant{}, nil
-			}
-			if waited {
-				if pushed {
-					c.st.wokenByPush.add(1)
-				} else {
-					c.st.wokenByPoll.add(1)
-				}
-				c.leaseEvent(LeaseWoken, time.Since(start))
-			}
-			return e, Grant{}, nil
-		}
-		if g.Token != "" {
-			c.st.leaseAcquired.add(1)
-			c.leaseEvent(LeaseAcquired, 0)
-			return nil, g, nil
-		}
-		c.st.leaseContended.add(1)
-		c.leaseEvent(LeaseContended, 0)
-		if background {
-			return nil, g, errSkipped
-		}
-		if candidate != nil && !co.noStale && co.policy != Wait && c.clk.now() < candidate.hard {
-			return candidate, g, nil
-		}
-		if co.policy == FailFast {
-			return nil, g, ErrLeaseHeld
-		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			c.st.leaseWaitTimeouts.add(1)
 			c.leaseEvent(LeaseWaitTimeout, time.Since(start))
-			if c.cfg.LoadOnLeaseTimeout {
-				return nil, g, errUnfenced
-			}
-			return nil, g, ErrLeaseTimeout
+			return attempt[V]{}, ErrLeaseTimeout
 		}
-		if end == nil {
-			ctx, end = c.span(ctx, "herd.lease_wait", key)
+		wait := min(backoff, remaining)
+		if left := time.Duration(until - c.clk.now()); left > 0 && left < wait {
+			wait = left
 		}
-		wctx, cancel := context.WithTimeout(ctx, min(backoff, remaining))
-		werr := c.cfg.Lease.Wait(wctx, key)
-		cancel()
-		waited, pushed = true, werr == nil
-		if werr != nil {
-			if ctx.Err() != nil {
-				return nil, g, fmt.Errorf("herd: %w", ctx.Err())
-			}
-			if !errors.Is(werr, context.DeadlineExceeded) {
-				c.remoteDone(ctx, werr)
-				return nil, g, fmt.Errorf("%w: wait %q: %w", errRemote, key, werr)
-			}
+		pushed, err := c.waitNotice(ctx, key, wait)
+		if err != nil {
+			return attempt[V]{}, err
 		}
 		backoff = min(2*backoff, maxWaitBackoff)
+		var a attempt[V]
+		if now := c.clk.now(); pushed || now >= until {
+			a, err = c.tryLease(ctx, key, now)
+		} else {
+			a = c.peek(ctx, key, now)
+		}
+		switch {
+		case err != nil:
+			return a, err
+		case a.outcome == leaseHeld && a.until > 0:
+			until = a.until
+		case a.outcome == leaseHeld, a.outcome == leaseFailed && !c.brk.open():
+		case a.outcome == leaseFound:
+			if pushed {
+				c.st.wokenByPush.add(1)
+			} else {
+				c.st.wokenByPoll.add(1)
+			}
+			c.leaseEvent(LeaseWoken, time.Since(start))
+			return a, nil
+		default:
+			return a, nil
+		}
 	}
+}
+
+// waitNotice waits up to d for a completion notice of key and reports
+// whether one came. The error is the caller's context ending.
+func (c *Cache[V]) waitNotice(ctx context.Context, key string, d time.Duration) (bool, error) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := c.cfg.Lease.Wait(wctx, key)
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, fmt.Errorf("herd: %w", ctx.Err())
+	case !errors.Is(err, context.DeadlineExceeded):
+		c.remoteDone(ctx, err) // the tier failed; a timeout is no failure
+	}
+	return false, nil
+}
+
+// peek is a Wait loser's re-read of the Store between notices: leaseFound
+// when a value fresh at now has appeared, leaseHeld (with no new time)
+// when none has, leaseFailed when the read failed.
+func (c *Cache[V]) peek(ctx context.Context, key string, now int64) attempt[V] {
+	if !c.brk.allow() {
+		return attempt[V]{outcome: leaseFailed}
+	}
+	r := c.loadRemote(ctx, key)
+	switch {
+	case r.err != nil:
+		return attempt[V]{outcome: leaseFailed}
+	case r.e != nil && now < r.e.soft:
+		return attempt[V]{outcome: leaseFound, e: r.e}
+	}
+	return attempt[V]{outcome: leaseHeld}
 }
 
 // heldLease is a lease this replica took for one load of key. It owns the
 // watchdog that extends the lease while the load runs and the release that
-// ends it, once: with the value's write-back, or alone.
+// ends it, once: with the value's write-back, or alone. Only a granted lease
+// is ever a heldLease.
 type heldLease struct {
 	key, token string
 	fence      uint64
-	stop       func() // stops the watchdog; nil once ended
+	stop       func() // stops the watchdog; nil while none runs
+	ended      bool
 }
 
-// hold starts the watchdog of the lease that g grants on key.
-func (c *Cache[V]) hold(ctx context.Context, key string, g Grant) *heldLease {
-	return &heldLease{key: key, token: g.Token, fence: g.Fence, stop: c.watchdog(ctx, key, g.Token)}
+// heldFrom is the lease that g grants on key, with no watchdog yet.
+func heldFrom(key string, g Grant) *heldLease {
+	return &heldLease{key: key, token: g.Token, fence: g.Fence}
+}
+
+// hold starts the watchdog of h for a load that runs with ctx.
+func (c *Cache[V]) hold(ctx context.Context, h *heldLease) *heldLease {
+	h.stop = c.watchdog(ctx, h.key, h.token)
+	return h
 }
 
 // endLease stops h's watchdog and, in the background, writes env under h's
 // fence for ttl (when env is not nil) and releases the lease: one call when
 // the Lease is a [WriteReleaser]. A refused write drops e, the entry the
-// load put in the local tier, if it is still there. Later calls do nothing.
+// load put in the local tier, if it is still there. Later calls, and calls
+// with a nil h, do nothing.
 func (c *Cache[V]) endLease(ctx context.Context, h *heldLease, env []byte, ttl time.Duration, e *entry[V]) {
-	if h == nil || h.stop == nil {
+	if h == nil || h.ended {
 		return
 	}
-	h.stop()
-	h.stop = nil
+	h.ended = true
+	if h.stop != nil {
+		h.stop()
+	}
 	if ttl <= 0 {
 		env = nil // expired already: nothing worth writing
 	}

@@ -275,6 +275,16 @@ func TestLimitReserveShedsBackgroundRefresh(t *testing.T) {
 				t.Errorf("Get(f%d) = %d, %v; want %d, nil", i, r.v, r.err, 10+i)
 			}
 		}
+		// The shed refresh backs off for the limiter's RetryAfter: a stale
+		// read before it has passed starts no refresh.
+		if v, err := c.Get(t.Context(), "s", refresh); err != nil || v != 1 {
+			t.Errorf("stale Get(s) = %d, %v; want the stale 1, nil", v, err)
+		}
+		synctest.Wait()
+		if n := refreshes.Load(); n != 0 {
+			t.Errorf("a stale read during the back-off refreshed %d times, want 0", n)
+		}
+		time.Sleep(l.RetryAfter())
 		// With slots free again the next stale read refreshes.
 		if v, err := c.Get(t.Context(), "s", refresh); err != nil || v != 1 {
 			t.Errorf("stale Get(s) = %d, %v; want the stale 1, nil", v, err)

@@ -84,7 +84,14 @@ type Options[V any] struct {
 	LoadTimeout time.Duration
 	// RefreshBackoff is the least time between a background refresh of a key
 	// that failed, was shed by the limiter or found the lease held by another
-	// replica, and the next one. Zero means the next read may retry at once.
+	// replica, and the next one. A refresh that found the lease held waits at
+	// least the time the holder's lease has left (the holder's completion
+	// notice usually ends the wait first), and one the limiter shed at least
+	// the limiter's RetryAfter; but a shed refresh of a stale value is
+	// retried at High priority once half of its stale window has passed (see
+	// [limiter.Options.Reserve]), so that the hottest key is not left stale
+	// to its hard TTL while misses hold every slot. Zero means only those
+	// bounds apply: a failed refresh may be retried by the next read.
 	RefreshBackoff time.Duration
 
 	// DisableCoalescing lets every miss call its own load. It exists to measure
@@ -221,30 +228,7 @@ func (o *Options[V]) validate() (config[V], error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("herd: "+format, args...))
 	}
-	for _, d := range []struct {
-		name     string
-		v        time.Duration
-		positive bool // zero is refused too
-	}{
-		{"SoftTTL", o.SoftTTL, true},
-		{"HardTTL", o.HardTTL, false},
-		{"NegativeTTL", o.NegativeTTL, false},
-		{"LoadTimeout", o.LoadTimeout, false},
-		{"RefreshBackoff", o.RefreshBackoff, false},
-		{"NearTTL", o.NearTTL, false},
-		{"LeaseTTL", o.LeaseTTL, o.Lease != nil},
-		{"LeaseWait", o.LeaseWait, false},
-		{"BreakerCooldown", o.BreakerCooldown, o.BreakerThreshold > 0},
-	} {
-		switch {
-		case d.positive && d.v <= 0:
-			bad("%s must be positive, got %v", d.name, d.v)
-		case d.v < 0:
-			bad("%s must not be negative, got %v", d.name, d.v)
-		case d.v > MaxTTL:
-			bad("%s must not exceed MaxTTL (%v), got %v", d.name, MaxTTL, d.v)
-		}
-	}
+	errs = append(errs, o.durationErrors()...)
 	if o.MaxEntries <= 0 {
 		bad("MaxEntries must be positive, got %d", o.MaxEntries)
 	}
@@ -281,4 +265,35 @@ func (o *Options[V]) validate() (config[V], error) {
 		c.Executor = func(fn func()) { go fn() }
 	}
 	return c, errors.Join(errs...)
+}
+
+// durationErrors checks every duration field against its bounds: none is
+// negative or above MaxTTL, and the required ones are positive.
+func (o *Options[V]) durationErrors() []error {
+	var errs []error
+	for _, d := range []struct {
+		name     string
+		v        time.Duration
+		positive bool // zero is refused too
+	}{
+		{"SoftTTL", o.SoftTTL, true},
+		{"HardTTL", o.HardTTL, false},
+		{"NegativeTTL", o.NegativeTTL, false},
+		{"LoadTimeout", o.LoadTimeout, false},
+		{"RefreshBackoff", o.RefreshBackoff, false},
+		{"NearTTL", o.NearTTL, false},
+		{"LeaseTTL", o.LeaseTTL, o.Lease != nil},
+		{"LeaseWait", o.LeaseWait, false},
+		{"BreakerCooldown", o.BreakerCooldown, o.BreakerThreshold > 0},
+	} {
+		switch {
+		case d.positive && d.v <= 0:
+			errs = append(errs, fmt.Errorf("herd: %s must be positive, got %v", d.name, d.v))
+		case d.v < 0:
+			errs = append(errs, fmt.Errorf("herd: %s must not be negative, got %v", d.name, d.v))
+		case d.v > MaxTTL:
+			errs = append(errs, fmt.Errorf("herd: %s must not exceed MaxTTL (%v), got %v", d.name, MaxTTL, d.v))
+		}
+	}
+	return errs
 }

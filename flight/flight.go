@@ -93,7 +93,10 @@ type call[V any] struct {
 	waiters int32 // callers waiting for the result now
 	joins   int32 // callers that joined, ever
 	inMap   bool  // the group's map holds this call under its key
-	wgUsed  bool  // wg's count is 1: a caller waits on it
+	// unshared is set, before the function runs, on a call of DoUnshared:
+	// never in the map, not counted by InFlight.
+	unshared bool
+	wgUsed   bool // wg's count is 1: a caller waits on it
 	// done is closed once val and err are set; the first caller that must
 	// select on it makes it.
 	done chan struct{}
@@ -161,16 +164,48 @@ type ctxDone struct {
 // true for every caller that joined a flight another caller started, and
 // true for the caller that started the flight when anyone joined it.
 func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V, error)) (v V, err error, shared bool) {
+	v, err, shared, _ = g.do(ctx, key, fn, join)
+	return v, err, shared
+}
+
+// TryDo is Do for a caller that would rather not wait for somebody else's
+// flight: when a flight for key is running it returns at once, with started
+// false and without joining it. Otherwise it starts a flight, which later
+// callers of Do join, and waits for it as Do does.
+func (g *Group[K, V]) TryDo(ctx context.Context, key K, fn func(context.Context) (V, error)) (v V, err error, started bool) {
+	v, err, _, started = g.do(ctx, key, fn, try)
+	return v, err, started
+}
+
+// DoUnshared runs fn as Do would for a flight that nobody can join: the
+// same context, timeout, panic and Goexit handling, and the same wait, but
+// no caller of key waits for it and it waits for no one. [Group.InFlight]
+// does not count it.
+func (g *Group[K, V]) DoUnshared(ctx context.Context, key K, fn func(context.Context) (V, error)) (V, error) {
+	v, err, _, _ := g.do(ctx, key, fn, alone)
+	return v, err
+}
+
+// How a call of do meets a running flight of its key.
+type joinMode uint8
+
+const (
+	join  joinMode = iota // join it (Do)
+	try                   // leave without it (TryDo)
+	alone                 // ignore it and run a flight of its own, unshared (DoUnshared)
+)
+
+func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V, error), mode joinMode) (v V, err error, shared, started bool) {
 	if ctx == nil {
-		return v, errNilContext, false
+		return v, errNilContext, false, false
 	}
 	if fn == nil {
-		return v, errNilFunc, false
+		return v, errNilFunc, false, false
 	}
 	timeout := g.Timeout
 	if timeout <= 0 {
 		if timeout < 0 {
-			return v, errNegativeTimeout, false
+			return v, errNegativeTimeout, false, false
 		}
 		timeout = DefaultTimeout
 	}
@@ -178,32 +213,18 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	if done != nil {
 		select {
 		case <-done:
-			return v, waitError(ctx), false
+			return v, waitError(ctx), false, false
 		default:
 		}
 	}
-
 	g.mu.Lock()
-	if c, ok := g.m[key]; ok {
-		c.waiters++
-		c.joins++
-		if done == nil {
-			if !c.wgUsed {
-				c.wgUsed = true
-				c.wg.Add(1)
-			}
-		} else if c.done == nil {
-			c.done = make(chan struct{})
+	if c, ok := g.m[key]; ok && mode != alone {
+		if mode == try {
+			g.mu.Unlock()
+			return v, nil, false, false
 		}
-		g.mu.Unlock()
-		if g.OnJoin != nil {
-			g.OnJoin(key)
-		}
-		if done == nil {
-			c.wg.Wait()
-			return c.val, c.err, true
-		}
-		return g.wait(ctx, done, c, key, true)
+		v, err, shared = g.join(ctx, done, c, key)
+		return v, err, shared, false
 	}
 	if g.m == nil {
 		g.m = make(map[K]*call[V])
@@ -211,19 +232,22 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	}
 	c := new(call[V])
 	c.waiters = 1
-	c.inMap = true
 	if done != nil {
 		c.done = make(chan struct{})
 	}
-	g.m[key] = c
-	g.inFlight++
+	if mode != alone {
+		c.inMap = true
+		g.m[key] = c
+		g.inFlight++
+	} else {
+		c.unshared = true
+	}
 	g.mu.Unlock()
-
 	// Measuring from the group's base reads only the monotonic clock.
 	c.base = &g.base
 	c.deadline = time.Since(g.base)
 	c.deadline += min(timeout, math.MaxInt64-c.deadline) // saturates
-	if g.OnStart != nil {
+	if g.OnStart != nil && mode != alone {
 		g.OnStart(key)
 	}
 	if done == nil {
@@ -231,11 +255,36 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 		// never leave: it runs fn itself.
 		c.parent = ctx
 		g.run(c, key, fn)
-		return c.val, c.err, c.joins > 0
+		return c.val, c.err, c.joins > 0, true
 	}
 	c.parent = context.WithoutCancel(ctx)
 	go g.run(c, key, fn)
-	return g.wait(ctx, done, c, key, false)
+	v, err, shared = g.wait(ctx, done, c, key, false)
+	return v, err, shared, true
+}
+
+// join adds a caller to the running flight c and waits for its result. g.mu
+// is held on entry and released here.
+func (g *Group[K, V]) join(ctx context.Context, done <-chan struct{}, c *call[V], key K) (v V, err error, shared bool) {
+	c.waiters++
+	c.joins++
+	if done == nil {
+		if !c.wgUsed {
+			c.wgUsed = true
+			c.wg.Add(1)
+		}
+	} else if c.done == nil {
+		c.done = make(chan struct{})
+	}
+	g.mu.Unlock()
+	if g.OnJoin != nil {
+		g.OnJoin(key)
+	}
+	if done == nil {
+		c.wg.Wait()
+		return c.val, c.err, true
+	}
+	return g.wait(ctx, done, c, key, true)
 }
 
 // wait waits for c's result or for ctx to end, whichever comes first.
@@ -297,7 +346,9 @@ func (g *Group[K, V]) finish(c *call[V], key K) {
 		delete(g.m, key)
 		c.inMap = false
 	}
-	g.inFlight--
+	if !c.unshared {
+		g.inFlight--
+	}
 	wgUsed, done := c.wgUsed, c.done
 	g.mu.Unlock()
 	if wgUsed {

@@ -100,6 +100,13 @@ type Options struct {
 	// Reserve is the number of slots that background calls may not take: they
 	// succeed only while fewer than Limit-Reserve slots are held. Zero reserves
 	// none. It must be at least zero and below Limit.
+	//
+	// A herd cache takes a background slot for each refresh, before any
+	// remote call, so a busy limiter sheds refreshes first and they cost the
+	// remote tier nothing. A stale entry whose refresh was shed is not left
+	// to reach its hard TTL: once half of its stale window has passed, its
+	// refresh waits for a slot as a High-priority foreground call, which the
+	// next released slot goes to (one such refresh per key at a time).
 	Reserve int
 	// QueueTimeout is how long a foreground call may wait for a slot before it
 	// is shed. Zero means it waits until its context ends. It must not be
@@ -447,6 +454,10 @@ func ctxError(ctx context.Context) error {
 	}
 	return fmt.Errorf("limiter: waiting for a slot: %w", err)
 }
+
+// RetryAfter returns the hint that every [*OverloadError] of l carries: its
+// QueueTimeout, or one second when that is zero.
+func (l *Limiter) RetryAfter() time.Duration { return l.retryAfter }
 
 // InUse returns the number of slots held.
 func (l *Limiter) InUse() int {

@@ -1,0 +1,296 @@
+package herd
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/herdcache/herd/internal/envelope"
+)
+
+// entry is one value in the local tier. Its fields are written before the
+// entry is published to the local tier or a flight's waiters and never after,
+// except the atomics.
+type entry[V any] struct {
+	value V
+	// soft and hard are the wall-clock expiries in Unix nanoseconds: fresh
+	// before soft, stale between, gone at hard.
+	soft, hard int64
+	// near is when a replica with a Store must ask it again (Unix
+	// nanoseconds); zero without a Store.
+	near int64
+	// born is when the entry was put in the local tier (Unix nanoseconds).
+	born int64
+	// delta is the measured duration of the load that made the value.
+	delta    int64
+	negative bool
+	// uncached marks a value its load asked not to cache: it is handed to the
+	// flight's callers and never stored.
+	uncached bool
+
+	// refreshing is set by the one reader that starts a background refresh of
+	// this entry; a new entry replaces it when the refresh succeeds.
+	refreshing atomic.Bool
+	// retryAt is the earliest time (Unix nanoseconds) another background
+	// refresh may start after one failed, was shed, or found the lease held
+	// elsewhere.
+	retryAt atomic.Int64
+	// shed is set once the limiter shed a refresh of this entry: from half
+	// of its stale window on, its refresh waits for a slot at High priority.
+	shed atomic.Bool
+	// fence is the remote fence the value was written under; zero until its
+	// write-back, made in the background, reports it, and when it never
+	// reached a Store.
+	fence atomic.Uint64
+}
+
+func (e *entry[V]) result() (V, error) {
+	if e.negative {
+		var zero V
+		return zero, ErrNotFound
+	}
+	return e.value, nil
+}
+
+func (e *entry[V]) stale(now int64) bool { return !e.uncached && now >= e.soft }
+
+// midStale is the middle of e's stale window (Unix nanoseconds).
+func (e *entry[V]) midStale() int64 { return e.soft + (e.hard-e.soft)/2 }
+
+func (c *Cache[V]) decode(env []byte) (*entry[V], bool) {
+	ev, err := envelope.Decode(env)
+	if err != nil {
+		c.st.decodeErrors.add(1)
+		return nil, false
+	}
+	e := &entry[V]{
+		soft:     ev.Soft * int64(time.Millisecond),
+		hard:     ev.Hard * int64(time.Millisecond),
+		delta:    int64(ev.Delta),
+		negative: ev.Flags&envelope.FlagNegative != 0,
+	}
+	e.fence.Store(ev.Fence)
+	if !e.negative {
+		v, err := c.cfg.Codec.Unmarshal(ev.Value)
+		if err != nil {
+			c.st.decodeErrors.add(1)
+			return nil, false
+		}
+		e.value = v
+	}
+	if c.cfg.NearTTL > 0 {
+		e.near = addTime(c.clk.now(), c.cfg.NearTTL)
+	}
+	return e, true
+}
+
+func (c *Cache[V]) encode(e *entry[V]) ([]byte, error) {
+	ev := envelope.Envelope{
+		Soft:  e.soft / int64(time.Millisecond),
+		Hard:  e.hard / int64(time.Millisecond),
+		Delta: time.Duration(e.delta),
+	}
+	if e.negative {
+		ev.Flags |= envelope.FlagNegative
+	} else {
+		b, err := c.cfg.Codec.Marshal(e.value)
+		if err != nil {
+			return nil, err
+		}
+		ev.Value = b
+	}
+	return envelope.Append(nil, &ev), nil
+}
+
+// setLocal puts e in the local tier unless key was set or invalidated since
+// gen was read.
+func (c *Cache[V]) setLocal(key string, e *entry[V], gen uint64) { c.publish(key, e, gen, false) }
+
+// publish puts e in the local tier unless key was set or invalidated since
+// gen was read, and reports whether it did. With write, it also refuses
+// while a Set or Invalidate of key is running, and otherwise counts an
+// unfenced remote write of key as in flight, to be ended with endWrite.
+func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool {
+	s := c.gens.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n != gen || write && s.changes[key] > 0 {
+		return false
+	}
+	if cur, ok := c.local.GetIfPresent(key); ok && cur == e && !write {
+		return true // put already, by a caller that shared its read
+	}
+	s.puts++
+	if write {
+		if s.writes == nil {
+			s.writes = make(map[string]int)
+		}
+		s.writes[key]++
+	}
+	e.born = c.clk.now()
+	c.local.Set(key, e)
+	return true
+}
+
+// unpublish drops e from the local tier if it is still key's entry there.
+func (c *Cache[V]) unpublish(key string, e *entry[V]) {
+	s := c.gens.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := c.local.GetIfPresent(key); ok && cur == e {
+		c.local.Invalidate(key)
+	}
+}
+
+// generations order the tiers' writes against Set and Invalidate. Set and
+// Invalidate bump the generation of their key's stripe when they begin and
+// when they end, and a load that read an older generation writes neither
+// tier. Keys share stripes, so an unrelated change can keep a value out of
+// the local tier, never let an old one in.
+//
+// A load without a lease writes the Store unfenced, so the order of those
+// writes is kept here too: while a Set or Invalidate of key runs, no such
+// write of key starts, and it begins only once every one in flight has
+// landed.
+type generations struct {
+	seed    maphash.Seed
+	stripes [256]genStripe
+}
+
+type genStripe struct {
+	mu sync.Mutex
+	n  uint64 // guarded by mu
+	// puts counts the entries put in the local tier by loads and reads;
+	// guarded by mu. A Store read made before a put may be out of date.
+	puts uint64
+	// writes counts, by key, the unfenced remote writes in flight, and
+	// changes the Sets and Invalidates running; guarded by mu, nil until
+	// first used, and a key is deleted when its count drops to zero.
+	writes, changes map[string]int
+	// idle is signalled when a key's writes drop to zero; its L is &mu.
+	idle sync.Cond
+	// heldUntil maps a key whose lease another replica was found to hold
+	// to when that holder's lease ends (Unix nanoseconds); guarded by mu, nil
+	// until first used. Expired keys are swept as new ones are added.
+	heldUntil map[string]int64
+}
+
+func (g *generations) stripe(key string) *genStripe {
+	return &g.stripes[maphash.String(g.seed, key)%uint64(len(g.stripes))]
+}
+
+// get returns the generation and the count of puts of key's stripe.
+func (g *generations) get(key string) (gen, puts uint64) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n, s.puts
+}
+
+// beginChange starts a Set or Invalidate of key: it bumps the generation,
+// runs fn (if not nil) under the stripe's lock, and returns once no unfenced
+// remote write of key is in flight. Each call is ended by endChange.
+func (g *generations) beginChange(key string, fn func()) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if s.changes == nil {
+		s.changes = make(map[string]int)
+	}
+	s.changes[key]++
+	if fn != nil {
+		fn()
+	}
+	for s.writes[key] > 0 {
+		if s.idle.L == nil {
+			s.idle.L = &s.mu
+		}
+		s.idle.Wait()
+	}
+}
+
+// endChange ends a change begun by beginChange: it bumps the generation
+// again and runs fn under the stripe's lock.
+func (g *generations) endChange(key string, fn func()) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if s.changes[key]--; s.changes[key] == 0 {
+		delete(s.changes, key)
+	}
+	fn()
+}
+
+// endWrite ends an unfenced remote write of key counted by publish.
+func (g *generations) endWrite(key string) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writes[key]--; s.writes[key] == 0 {
+		delete(s.writes, key)
+		if s.idle.L != nil {
+			s.idle.Broadcast()
+		}
+	}
+}
+
+// markHeld records that another replica holds key's lease until until (Unix
+// nanoseconds): this replica does not try that lease again before then,
+// unless the holder's notice arrives first.
+func (g *generations) markHeld(key string, until, now int64) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.heldUntil == nil {
+		s.heldUntil = make(map[string]int64)
+	}
+	if len(s.heldUntil) >= sweepAt {
+		for k, t := range s.heldUntil {
+			if t <= now {
+				delete(s.heldUntil, k)
+			}
+		}
+	}
+	s.heldUntil[key] = until
+}
+
+// sweepAt is the size of a stripe's heldUntil at which adding a key first
+// drops the expired ones, so that a stripe holds about the keys whose
+// leases are held now.
+const sweepAt = 16
+
+// held reports until when another replica holds key's lease, as this
+// replica was last told, if that time is still ahead of now.
+func (g *generations) held(key string, now int64) (until int64, ok bool) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok = s.heldUntil[key]
+	if ok && until <= now {
+		delete(s.heldUntil, key)
+		return 0, false
+	}
+	return until, ok
+}
+
+// forgetHeld drops what markHeld recorded of key: its holder's notice came.
+func (g *generations) forgetHeld(key string) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.heldUntil, key)
+}
+
+// forgetAllHeld drops what markHeld recorded of every key: notices may have
+// been lost.
+func (g *generations) forgetAllHeld() {
+	for i := range g.stripes {
+		s := &g.stripes[i]
+		s.mu.Lock()
+		clear(s.heldUntil)
+		s.mu.Unlock()
+	}
+}

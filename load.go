@@ -1,0 +1,170 @@
+package herd
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// loadAndStore is the last stage of a fill: it loads, hands the value to
+// the flight's callers and the local tier, and writes it back under held
+// (nil: unfenced, or not at all when the fill does not use the remote tier).
+func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held *heldLease) (*entry[V], error) {
+	c := f.c
+	v, delta, d, err := c.runLoad(ctx, f.key, load, f.mode == background)
+	now := c.clk.now()
+	if err != nil {
+		return f.loadFailed(ctx, err, held, now)
+	}
+	e := &entry[V]{value: v, delta: int64(delta)}
+	if d.noCache {
+		e.uncached = true
+		return e, nil
+	}
+	soft, hard := c.cfg.SoftTTL, c.cfg.HardTTL
+	if d.soft > 0 {
+		soft, hard = min(d.soft, MaxTTL), min(max(d.hard, d.soft), MaxTTL)
+	}
+	soft, hard = c.cfg.jitter.Pair(soft, hard, c.jitterDraw())
+	e.soft, e.hard = addTime(now, soft), addTime(now, hard)
+	c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
+	return e, nil
+}
+
+// loadFailed settles a fill whose load returned err: a not-found is
+// remembered for NegativeTTL, a miss that may serve stale is served its
+// candidate (stale-if-error), and any other error goes to the callers.
+func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLease, now int64) (*entry[V], error) {
+	c := f.c
+	c.st.loadErrors.add(1)
+	if errors.Is(err, ErrNotFound) && c.cfg.NegativeTTL > 0 {
+		exp := addTime(now, c.cfg.NegativeTTL)
+		e := &entry[V]{soft: exp, hard: exp, negative: true}
+		c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
+		return e, nil
+	}
+	if cand := f.candidate; cand != nil && f.staleOK() && now < cand.hard {
+		c.st.staleIfError.add(1)
+		return cand, nil
+	}
+	return nil, err
+}
+
+// errLoadPanicked ends the span of a load that panicked or called
+// runtime.Goexit.
+var errLoadPanicked = errors.New("herd: load panicked")
+
+// store puts a freshly loaded entry in the local tier and hands its remote
+// write, with the release of the lease when one is held, to the background,
+// so that the load's callers get the value as soon as the load returns.
+// Nothing is written to either tier when key was set or invalidated in this
+// process since gen was read: with a lease the fence would refuse the write,
+// without one this process's own order refuses it.
+func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *heldLease, remoteUp bool, gen uint64) {
+	var env []byte
+	if remoteUp {
+		var err error
+		if env, err = c.encode(e); err != nil {
+			c.st.encodeErrors.add(1)
+			return // a value the codec cannot encode is served, not cached
+		}
+		if held != nil {
+			e.fence.Store(held.fence)
+		}
+		if c.cfg.NearTTL > 0 {
+			e.near = addTime(c.clk.now(), c.cfg.NearTTL)
+		}
+	}
+	unfenced := env != nil && held == nil
+	if !c.publish(key, e, gen, unfenced) {
+		return
+	}
+	ttl := time.Duration(e.hard - c.clk.now())
+	switch {
+	case held != nil:
+		c.endLease(ctx, held, env, ttl, e)
+	case unfenced:
+		c.goBackground(func() {
+			defer c.gens.endWrite(key)
+			if ttl <= 0 {
+				return
+			}
+			rctx, cancel := c.remoteCtx(ctx)
+			defer cancel()
+			f, err := c.cfg.Store.Set(rctx, key, env, ttl)
+			c.remoteDone(rctx, err)
+			if err == nil {
+				e.fence.Store(f)
+			}
+		})
+	}
+}
+
+// remoteCtx bounds a remote call made on behalf of a load that may have used
+// up its own time; it keeps ctx's values.
+func (c *Cache[V]) remoteCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
+}
+
+// directives is what a load decided about its own entry through SetTTL and
+// NoCache.
+type directives struct {
+	soft, hard time.Duration
+	noCache    bool
+}
+
+type directivesKey struct{}
+
+// SetTTL sets, from inside a load, the soft and hard TTL of the entry that
+// load is making (before jitter); hard below soft means no stale window.
+// Outside a load it does nothing.
+func SetTTL(ctx context.Context, soft, hard time.Duration) {
+	if d, ok := ctx.Value(directivesKey{}).(*directives); ok && soft > 0 {
+		d.soft, d.hard = soft, hard
+	}
+}
+
+// NoCache tells the cache, from inside a load, to return the value the load
+// returns to its callers without caching it in either tier. Outside a load
+// it does nothing.
+func NoCache(ctx context.Context) {
+	if d, ok := ctx.Value(directivesKey{}).(*directives); ok {
+		d.noCache = true
+	}
+}
+
+// runLoad calls load, cancelled if the cache closes, and measures it.
+func (c *Cache[V]) runLoad(ctx context.Context, key string, load LoadFunc[V], background bool) (v V, elapsed time.Duration, d *directives, err error) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.closeCtx, cancel)
+	defer stop()
+	d = &directives{}
+	lctx = context.WithValue(lctx, directivesKey{}, d)
+	op := "herd.load"
+	if background {
+		op = "herd.refresh"
+	}
+	lctx, end := c.span(lctx, op, key)
+	c.st.loads.add(1)
+	c.countLoad(key)
+	c.keyLoads.start(key)
+	start := time.Now()
+	returned := false
+	defer func() {
+		elapsed = time.Since(start)
+		c.keyLoads.done(key)
+		c.loadDur.observe(elapsed)
+		if c.recorder != nil {
+			c.recorder.RecordLoad(elapsed, err, background)
+		}
+		if !returned {
+			end(errLoadPanicked) // the panic goes on to the flight
+			return
+		}
+		end(err)
+	}()
+	v, err = load(lctx)
+	returned = true
+	return v, 0, d, err
+}

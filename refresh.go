@@ -1,0 +1,187 @@
+package herd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/herdcache/herd/limiter"
+)
+
+// refresh starts one background refresh of e, unless one is running, a
+// failed or shed one is backing off, or another replica was found holding
+// key's lease: then readers are served e until the holder's notice drops
+// it, the holder's time passes, or e's hard TTL is near.
+func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e *entry[V], started *stripedCounter) {
+	now := c.clk.now()
+	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() {
+		return
+	}
+	if until, held := c.gens.held(key, now); held && until < e.hard-e.delta {
+		e.retryAt.Store(until)
+		return
+	}
+	load = c.loader(key, load)
+	if load == nil || !e.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	c.mu.RLock()
+	if c.closed.Load() {
+		c.mu.RUnlock()
+		return
+	}
+	c.bg.Add(1)
+	c.mu.RUnlock()
+	started.add(1)
+	bctx := context.WithoutCancel(ctx)
+	c.cfg.Executor(func() {
+		defer c.bg.Done()
+		c.runRefresh(bctx, key, load, e)
+		// Let a later reader try again if this refresh did not replace e.
+		e.refreshing.Store(false)
+	})
+}
+
+// runRefresh is one background refresh of old: its limiter slot first, so
+// that a refresh that would be shed touches no remote key; then its one
+// lease attempt; then the load, in a flight that misses of key join. A
+// refresh that finds a flight of key running leaves the load to it.
+func (c *Cache[V]) runRefresh(ctx context.Context, key string, load LoadFunc[V], old *entry[V]) {
+	release, ok := c.refreshSlot(ctx, key, old)
+	if !ok {
+		return
+	}
+	defer release()
+	held, remoteUp, settled := c.refreshLease(ctx, key, old)
+	if settled {
+		return
+	}
+	_, err, ran := c.flights.TryDo(ctx, key, func(fctx context.Context) (*entry[V], error) {
+		return c.refill(fctx, key, load, old, held, remoteUp)
+	})
+	if !ran {
+		c.endLease(ctx, held, nil, 0, nil)
+		return
+	}
+	if err != nil {
+		c.st.refreshFailures.add(1)
+		c.event(EventRefreshFailed, key, err)
+		c.backOff(old, 0)
+	}
+}
+
+// backOff keeps old from being refreshed again for RefreshBackoff, or for d
+// when that is longer.
+func (c *Cache[V]) backOff(old *entry[V], d time.Duration) {
+	old.retryAt.Store(addTime(c.clk.now(), max(c.cfg.RefreshBackoff, d)))
+}
+
+// refreshSlot takes a limiter slot for a refresh of old without waiting. A
+// refresh shed that way backs off for the longer of RefreshBackoff and the
+// limiter's RetryAfter, but never past the middle of old's stale window:
+// from there on its refresh waits for a slot at High priority.
+func (c *Cache[V]) refreshSlot(ctx context.Context, key string, old *entry[V]) (release func(), ok bool) {
+	l := c.cfg.Limiter
+	if l == nil {
+		return func() {}, true
+	}
+	now := c.clk.now()
+	if old.shed.Load() && now >= old.midStale() {
+		return c.urgentSlot(ctx, l, key, old)
+	}
+	if l.TryAcquireBackground() {
+		return l.Release, true
+	}
+	c.shed(limiter.ReasonReserve, true)
+	old.shed.Store(true)
+	old.retryAt.Store(min(addTime(now, max(c.cfg.RefreshBackoff, l.RetryAfter())), old.midStale()))
+	return nil, false
+}
+
+// urgentSlot waits for a limiter slot at High priority, for a refresh that
+// was shed until half of its stale window passed, so that it takes the next
+// released slot. One such refresh of a key waits or runs at a time.
+func (c *Cache[V]) urgentSlot(ctx context.Context, l *limiter.Limiter, key string, old *entry[V]) (release func(), ok bool) {
+	if _, busy := c.urgent.LoadOrStore(key, struct{}{}); busy {
+		c.backOff(old, 0)
+		return nil, false
+	}
+	actx, cancel := context.WithTimeout(limiter.WithPriority(ctx, limiter.High), c.cfg.LoadTimeout)
+	stop := context.AfterFunc(c.closeCtx, cancel)
+	start := time.Now()
+	err := l.Acquire(actx)
+	c.queueDur.observe(time.Since(start))
+	stop()
+	cancel()
+	if err != nil {
+		c.urgent.Delete(key)
+		var oe *limiter.OverloadError
+		if errors.As(err, &oe) {
+			c.shed(oe.Reason, true)
+		}
+		c.backOff(old, l.RetryAfter())
+		return nil, false
+	}
+	return func() {
+		l.Release()
+		c.urgent.Delete(key)
+	}, true
+}
+
+// refreshLease is a refresh's one lease attempt, made before its flight. It
+// returns the lease taken (nil: none) and whether the refresh uses the
+// remote tier, or settled when the attempt ended the refresh: a newer value
+// was found and put in the local tier, or another replica holds the lease
+// and old backs off until that holder's time has passed (its notice, which
+// drops old, usually comes first).
+func (c *Cache[V]) refreshLease(ctx context.Context, key string, old *entry[V]) (held *heldLease, remoteUp, settled bool) {
+	switch {
+	case c.cfg.Store == nil:
+		return nil, false, false
+	case c.cfg.Lease == nil:
+		return nil, true, false // refill reads the Store first
+	case !c.brk.allow():
+		return nil, false, false
+	}
+	gen, _ := c.gens.get(key)
+	now := c.clk.now()
+	// Only a value someone else refreshed since old was written stops it.
+	a, err := c.tryLease(ctx, key, max(now, old.soft))
+	if err != nil {
+		return nil, false, true
+	}
+	switch a.outcome {
+	case leaseGranted:
+		return heldFrom(key, a.grant), true, false
+	case leaseFound:
+		c.setLocal(key, a.e, gen)
+		return nil, false, true
+	case leaseHeld:
+		c.backOff(old, time.Duration(a.until-now))
+		return nil, false, true
+	case leaseUndecodable:
+		return nil, true, false // load, and overwrite it unfenced
+	}
+	return nil, false, false // the tier failed: load, and write nothing remotely
+}
+
+// refill is a background refresh's work inside its flight, with its slot
+// and its lease (held, when it took one) already taken.
+func (c *Cache[V]) refill(ctx context.Context, key string, load LoadFunc[V], old *entry[V], held *heldLease, remoteUp bool) (*entry[V], error) {
+	if held != nil {
+		c.hold(ctx, held)
+		defer c.endLease(ctx, held, nil, 0, nil) // unless the write-back ended it
+	}
+	f := c.newFill(key, background, callOpts{})
+	f.old, f.remoteUp = old, remoteUp
+	if e := f.recheckLocal(); e != nil {
+		return e, nil // refreshed by someone else meanwhile
+	}
+	if held == nil && remoteUp && c.cfg.Lease == nil {
+		// Without a lease, the Store shows a refresh another replica made.
+		if e := f.recheckStore(ctx, remoteRead[V]{}); e != nil {
+			return e, nil
+		}
+	}
+	return f.loadAndStore(ctx, load, held)
+}
