@@ -48,6 +48,20 @@
 // Fencing holds while the Store keeps the writes it acknowledged; see the
 // Store implementation for what that requires of its servers.
 //
+// # The remote tier under load
+//
+// A burst of callers of one key costs the remote tier one read per replica:
+// the callers that arrive while a read of the key is in flight share it.
+// A replica that finds a key's lease held by another makes no further
+// attempt at that lease until the holder's completion notice arrives or the
+// lease time the holder had left has passed: meanwhile its stale reads are
+// served at once and start no refresh, its FailFast misses fail fast
+// without asking, and its Wait losers re-read the Store between notices. A
+// background refresh takes its limiter slot before any remote call, so a
+// refresh the limiter sheds touches no remote key, and a shed refresh of a
+// stale value waits at High priority once half of its stale window has
+// passed (see [Options.RefreshBackoff]).
+//
 // # Time
 //
 // No duration option may exceed [MaxTTL] (100 years), and every time the

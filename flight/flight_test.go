@@ -734,3 +734,113 @@ func TestLongestTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TryDo starts a flight only when none of its key runs: otherwise it leaves
+// at once without joining, and the running flight is not disturbed. A flight
+// it started is joined by Do.
+func TestTryDo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var g Group[string, string]
+		gate, open := newGate(t)
+		var calls atomic.Int32
+		slow := func(context.Context) (string, error) {
+			calls.Add(1)
+			<-gate
+			return "first", nil
+		}
+		first := goDo(&g, t.Context(), "k", slow)
+		synctest.Wait()
+		v, err, started := g.TryDo(t.Context(), "k", func(context.Context) (string, error) {
+			t.Error("TryDo ran its function while a flight of its key was running")
+			return "", nil
+		})
+		if started || err != nil || v != "" {
+			t.Errorf("TryDo during a flight = %q, %v, started %v; want \"\", nil, false", v, err, started)
+		}
+		if n := g.Waiters("k"); n != 1 {
+			t.Errorf("Waiters = %d after TryDo left, want 1", n)
+		}
+		open()
+		if r := <-first; r.v != "first" || r.err != nil {
+			t.Fatalf("Do = %+v, want first", r)
+		}
+
+		gate2, open2 := newGate(t)
+		tried := make(chan result, 1)
+		go func() {
+			v, err, started := g.TryDo(t.Context(), "k", func(context.Context) (string, error) {
+				<-gate2
+				return "tried", nil
+			})
+			tried <- result{v, err, started}
+		}()
+		synctest.Wait()
+		joined := goDo(&g, t.Context(), "k", slow)
+		synctest.Wait()
+		open2()
+		if r := <-tried; r.v != "tried" || r.err != nil || !r.shared {
+			t.Errorf("TryDo with its key free = %+v, want tried, nil, started", r)
+		}
+		if r := <-joined; r.v != "tried" || r.err != nil || !r.shared {
+			t.Errorf("Do during TryDo's flight = %+v, want its shared result", r)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("slow ran %d times, want 1", n)
+		}
+	})
+}
+
+// DoUnshared runs its function even while a flight of its key runs, is
+// joined by nobody, is not counted by InFlight, and hands a panic or a
+// Goexit back as an error, as Do does.
+func TestDoUnshared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var g Group[string, string]
+		gate, open := newGate(t)
+		first := goDo(&g, t.Context(), "k", func(context.Context) (string, error) {
+			<-gate
+			return "shared", nil
+		})
+		synctest.Wait()
+		gate2, open2 := newGate(t)
+		alone := make(chan result, 1)
+		go func() {
+			v, err := g.DoUnshared(t.Context(), "k", func(context.Context) (string, error) {
+				<-gate2
+				return "alone", nil
+			})
+			alone <- result{v: v, err: err}
+		}()
+		synctest.Wait()
+		if n, w := g.InFlight(), g.Waiters("k"); n != 1 || w != 1 {
+			t.Errorf("InFlight %d, Waiters %d beside an unshared call; want 1, 1", n, w)
+		}
+		joined := goDo(&g, t.Context(), "k", func(context.Context) (string, error) { return "", errors.New("ran") })
+		synctest.Wait()
+		open()
+		for _, ch := range []<-chan result{first, joined} {
+			if r := <-ch; r.v != "shared" {
+				t.Errorf("Do = %+v, want the shared flight's result", r)
+			}
+		}
+		open2()
+		if r := <-alone; r.v != "alone" || r.err != nil {
+			t.Errorf("DoUnshared = %+v, want alone, nil", r)
+		}
+
+		_, err := g.DoUnshared(t.Context(), "k", func(context.Context) (string, error) { panic(errPanicValue) })
+		if !errors.Is(err, errPanicValue) {
+			t.Errorf("DoUnshared of a panicking function: %v, want the panic as an error", err)
+		}
+		_, err = g.DoUnshared(t.Context(), "k", func(context.Context) (string, error) {
+			runtime.Goexit()
+			return "", nil
+		})
+		if err != ErrGoexit {
+			t.Errorf("DoUnshared of a function calling Goexit: %v, want ErrGoexit", err)
+		}
+		if g.InFlight() != 0 {
+			t.Errorf("InFlight = %d at the end, want 0", g.InFlight())
+		}
+	})
+}

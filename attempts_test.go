@@ -1,0 +1,273 @@
+package herd_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/memory"
+)
+
+// Tests of the shared tier's economy: a replica that was told another holds
+// a key's lease makes no further attempt at it before the holder's notice or
+// the holder's time, and a shed refresh of the hottest key is not starved.
+
+// acquires counts the Acquire calls a replica makes through it.
+type acquires struct {
+	*memory.Remote
+	n atomic.Int64
+}
+
+func (a *acquires) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+	a.n.Add(1)
+	return a.Remote.Acquire(ctx, key, ttl, after)
+}
+
+// countingReplica is a replica over r whose Lease calls are counted.
+func countingReplica(t *testing.T, r *memory.Remote, mod func(*herd.Options[int])) (*herd.Cache[int], *acquires) {
+	t.Helper()
+	a := &acquires{Remote: r}
+	return fleetReplica(t, r, func(o *herd.Options[int]) {
+		o.Lease = a
+		if mod != nil {
+			mod(o)
+		}
+	}), a
+}
+
+// While A's load holds the lease, B's stale reads for four seconds (four
+// NearTTLs, so B re-reads its copy from the Store four times) make one lease
+// attempt, not one per refresh back-off or per re-read copy; the holder's
+// notice then hands B the new value without another load.
+func TestFleetOneLeaseAttemptWhileHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		b, acq := countingReplica(t, r, func(o *herd.Options[int]) { o.RefreshBackoff = 100 * time.Millisecond })
+		fleetStaleSetup(t, a, b, "k")
+		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
+		acq.n.Store(0)
+		before := b.Stats()
+
+		for range 400 {
+			fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+			time.Sleep(10 * time.Millisecond)
+			synctest.Wait()
+		}
+		if n := acq.n.Load(); n != 1 {
+			t.Errorf("B made %d lease attempts while A held the lease; want 1", n)
+		}
+		if st := b.Stats(); st.StaleRefreshes != 1 || st.LeaseContended-before.LeaseContended != 1 || st.Loads != 0 {
+			t.Errorf("B's Stats: StaleRefreshes %d, LeaseContended +%d, Loads %d; want 1, +1, 0", st.StaleRefreshes, st.LeaseContended-before.LeaseContended, st.Loads)
+		}
+
+		release()
+		if res := <-resA; res.err != nil || res.v != 2 {
+			t.Fatalf("A got %d, %v; want 2, nil", res.v, res.err)
+		}
+		synctest.Wait() // the notice reaches B
+		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 2)
+		if n := acq.n.Load(); n != 1 {
+			t.Errorf("B made %d lease attempts in all; want 1", n)
+		}
+	})
+}
+
+// Misses follow the same rule: a FailFast miss told once that the lease is
+// held fails fast again without asking, and a Wait loser re-reads the Store
+// between notices instead of trying the lease.
+func TestFleetLosersAttemptOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		b, acqB := countingReplica(t, r, nil)
+		c, acqC := countingReplica(t, r, nil)
+		release, resA := fleetHold(t, a, "k", 7)
+
+		for i := range 3 {
+			if _, err := b.Get(t.Context(), "k", fleetNoLoad(t, "B"), herd.WithLoserPolicy(herd.FailFast)); !errors.Is(err, herd.ErrLeaseHeld) {
+				t.Fatalf("FailFast Get %d on B: %v; want ErrLeaseHeld", i, err)
+			}
+		}
+		if n := acqB.n.Load(); n != 1 {
+			t.Errorf("B's three FailFast misses made %d lease attempts; want 1", n)
+		}
+
+		resC := getAsync(t.Context(), c, "k", fleetNoLoad(t, "C"), herd.WithLoserPolicy(herd.Wait))
+		time.Sleep(3 * time.Second) // C re-reads the Store many times meanwhile
+		synctest.Wait()
+		if _, ok := ready(resC); ok {
+			t.Fatal("C's Wait miss returned while A holds the lease")
+		}
+		if n := acqC.n.Load(); n != 1 {
+			t.Errorf("C made %d lease attempts while waiting; want 1", n)
+		}
+		release()
+		if res := recv(t, resC); res.err != nil || res.v != 7 {
+			t.Fatalf("C got %d, %v; want 7, nil", res.v, res.err)
+		}
+		if res := <-resA; res.err != nil || res.v != 7 {
+			t.Fatalf("A got %d, %v; want 7, nil", res.v, res.err)
+		}
+		if st := c.Stats(); st.Loads != 0 || st.WokenByPush+st.WokenByPoll != 1 {
+			t.Errorf("C's Stats: Loads %d, woken %d; want 0, 1", st.Loads, st.WokenByPush+st.WokenByPoll)
+		}
+	})
+}
+
+// A holder that never ends its lease (a crashed process) keeps B from
+// trying for as long as it said; once that time has passed, B's next stale
+// read takes the lease and refreshes.
+func TestFleetAttemptAgainAfterHoldersTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		b, acq := countingReplica(t, r, nil)
+		fleetStaleSetup(t, a, b, "k")
+		// The crashed holder: a lease that nobody extends or releases.
+		if g, err := r.Acquire(t.Context(), "k", fleetLeaseTTL, time.Now()); err != nil || g.Token == "" {
+			t.Fatalf("Acquire = %+v, %v; want a lease", g, err)
+		}
+		acq.n.Store(0)
+		before := b.Stats()
+		deadline := time.Now().Add(fleetLeaseTTL)
+
+		for time.Now().Before(deadline) {
+			fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+			time.Sleep(50 * time.Millisecond)
+			synctest.Wait()
+		}
+		if n := acq.n.Load(); n != 1 {
+			t.Fatalf("B made %d lease attempts during the holder's lease; want 1", n)
+		}
+		fleetMustGet(t, b, "k", fleetValue(2), 1) // starts the refresh
+		synctest.Wait()
+		fleetMustGet(t, b, "k", nil, 2)
+		if st := b.Stats(); st.Loads != 1 || st.LeaseAcquired-before.LeaseAcquired != 1 {
+			t.Errorf("B's Stats: Loads %d, LeaseAcquired +%d; want 1, +1", st.Loads, st.LeaseAcquired-before.LeaseAcquired)
+		}
+	})
+}
+
+// A burst of NoStale misses and stale reads on one replica, while another
+// holds the lease, ends in one coalesced wait: no caller loads on its own,
+// and the replica makes one lease attempt before the holder's notice.
+func TestFleetNoStaleBurstStaysCoalesced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		b, acq := countingReplica(t, r, func(o *herd.Options[int]) { o.RefreshBackoff = 0 })
+		fleetStaleSetup(t, a, b, "k")
+		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
+		acq.n.Store(0)
+
+		var (
+			wg      sync.WaitGroup
+			results = make(chan result, 40)
+		)
+		for range 40 {
+			wg.Go(func() {
+				v, err := b.Get(bounded(t), "k", fleetNoLoad(t, "B"), herd.NoStale())
+				results <- result{v, err}
+			})
+			fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1) // a stale read beside each
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		if n := acq.n.Load(); n != 1 {
+			t.Errorf("B made %d lease attempts while A held the lease; want 1", n)
+		}
+		if st := b.Stats(); st.InFlight != 1 || st.Loads != 0 {
+			t.Errorf("B's Stats: InFlight %d, Loads %d; want one coalesced wait and no load", st.InFlight, st.Loads)
+		}
+		release()
+		wg.Wait()
+		close(results)
+		for res := range results {
+			if res.err != nil || res.v != 2 {
+				t.Errorf("NoStale Get on B = %d, %v; want A's 2, nil", res.v, res.err)
+			}
+		}
+		if res := <-resA; res.err != nil || res.v != 2 {
+			t.Fatalf("A got %d, %v; want 2, nil", res.v, res.err)
+		}
+		if st := b.Stats(); st.Loads != 0 {
+			t.Errorf("B loaded %d times; want 0", st.Loads)
+		}
+	})
+}
+
+// The hottest key is not starved: while cold misses hold every slot, its
+// refresh is shed, backs off, and once half of its stale window has passed
+// waits at High priority, taking the next released slot ahead of the
+// Normal misses queued before it. Only one such refresh waits per key.
+func TestShedRefreshRetriedAtHighPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limLimiter(t, limiter.Options{Limit: 2, Reserve: 1})
+		c := limCache(t, l)
+		mustGet(t, c, "hot", func(context.Context) (int, error) { return 1, nil }, 1)
+		time.Sleep(limSoft) // hot is stale
+
+		g := newLimGate(t)
+		cold := []<-chan limResult{
+			limGetAsync(t.Context(), c, "c0", g.load("c0", 10, true)),
+			limGetAsync(t.Context(), c, "c1", g.load("c1", 11, true)),
+		}
+		synctest.Wait()
+		queued := limGetAsync(t.Context(), c, "c2", g.load("c2", 12, false))
+		synctest.Wait()
+		if l.InUse() != 2 || l.Waiting() != 1 {
+			t.Fatalf("limiter: %d in use, %d waiting; want 2 and 1", l.InUse(), l.Waiting())
+		}
+
+		var refreshes atomic.Int64
+		refresh := func(context.Context) (int, error) {
+			g.mu.Lock()
+			g.order = append(g.order, "hot")
+			g.mu.Unlock()
+			refreshes.Add(1)
+			return 2, nil
+		}
+		// Reads until the middle of the stale window: shed, then backing off.
+		mid := time.Now().Add((limHard - limSoft) / 2)
+		for time.Now().Before(mid) {
+			mustGet(t, c, "hot", refresh, 1)
+			synctest.Wait()
+			time.Sleep(100 * time.Millisecond)
+		}
+		if n := refreshes.Load(); n != 0 {
+			t.Fatalf("hot refreshed %d times while every slot was held", n)
+		}
+		shedBefore := c.Stats().Shed
+		if shedBefore == 0 {
+			t.Fatal("no refresh of hot was shed")
+		}
+		// Past the middle: reads start one High-priority refresh, which waits.
+		for range 10 {
+			mustGet(t, c, "hot", refresh, 1)
+		}
+		synctest.Wait()
+		if l.Waiting() != 2 {
+			t.Fatalf("%d calls waiting for a slot; want 2 (c2, and one refresh of hot)", l.Waiting())
+		}
+		g.open() // c0 and c1 finish: hot's refresh gets the first slot
+		for _, ch := range cold {
+			<-ch
+		}
+		<-queued
+		synctest.Wait()
+		if got := g.started(); len(got) != 4 || got[2] != "hot" || got[3] != "c2" {
+			t.Errorf("loads started in order %v; want c0, c1, then hot ahead of the queued c2", got)
+		}
+		if n := refreshes.Load(); n != 1 {
+			t.Errorf("hot refreshed %d times; want 1", n)
+		}
+		mustGet(t, c, "hot", nil, 2)
+	})
+}
