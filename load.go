@@ -6,50 +6,6 @@ import (
 	"time"
 )
 
-// loadAndStore is the last stage of a fill: it loads, hands the value to
-// the flight's callers and the local tier, and writes it back under held
-// (nil: unfenced, or not at all when the fill does not use the remote tier).
-func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held *heldLease) (*entry[V], error) {
-	c := f.c
-	v, delta, d, err := c.runLoad(ctx, f.key, load, f.mode == background)
-	now := c.clk.now()
-	if err != nil {
-		return f.loadFailed(ctx, err, held, now)
-	}
-	e := &entry[V]{value: v, delta: int64(delta)}
-	if d.noCache {
-		e.uncached = true
-		return e, nil
-	}
-	soft, hard := c.cfg.SoftTTL, c.cfg.HardTTL
-	if d.soft > 0 {
-		soft, hard = min(d.soft, MaxTTL), min(max(d.hard, d.soft), MaxTTL)
-	}
-	soft, hard = c.cfg.jitter.Pair(soft, hard, c.jitterDraw())
-	e.soft, e.hard = addTime(now, soft), addTime(now, hard)
-	c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
-	return e, nil
-}
-
-// loadFailed settles a fill whose load returned err: a not-found is
-// remembered for NegativeTTL, a miss that may serve stale is served its
-// candidate (stale-if-error), and any other error goes to the callers.
-func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLease, now int64) (*entry[V], error) {
-	c := f.c
-	c.st.loadErrors.add(1)
-	if errors.Is(err, ErrNotFound) && c.cfg.NegativeTTL > 0 {
-		exp := addTime(now, c.cfg.NegativeTTL)
-		e := &entry[V]{soft: exp, hard: exp, negative: true}
-		c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
-		return e, nil
-	}
-	if cand := f.candidate; cand != nil && f.staleOK() && now < cand.hard {
-		c.st.staleIfError.add(1)
-		return cand, nil
-	}
-	return nil, err
-}
-
 // errLoadPanicked ends the span of a load that panicked or called
 // runtime.Goexit.
 var errLoadPanicked = errors.New("herd: load panicked")

@@ -77,6 +77,60 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 // a value that went stale before this caller could take it.
 const maxMissAttempts = 4
 
+// remoteRead is what one read of the Store found.
+type remoteRead[V any] struct {
+	done bool   // the read was made; the rest is unset otherwise
+	gen  uint64 // the local generation read before it
+	puts uint64 // the stripe's count of local puts read before it
+	// local is set when no read was made: e was found in the local tier,
+	// put there by a read that ended just before.
+	local bool
+	err   error
+	// e is the decoded value; nil when there is none (gone) or it does not
+	// decode.
+	e    *entry[V]
+	gone bool
+}
+
+// readShared reads key from the Store before any load's flight, sharing one
+// read among the callers of key that arrive while it runs: a value another
+// replica wrote is served at the cost of one round trip. It returns the
+// entry to serve, or nil when the caller must go on to the flight (no
+// Store, breaker open, nothing usable stored), with what the read found so
+// that a flight this caller starts need not read again.
+func (c *Cache[V]) readShared(ctx context.Context, key string, co callOpts) (*entry[V], remoteRead[V]) {
+	if c.cfg.Store == nil || c.brk.open() {
+		return nil, remoteRead[V]{} // a half-open breaker's probe is made inside the flight
+	}
+	r, err, _ := c.reads.Do(ctx, key, func(rctx context.Context) (remoteRead[V], error) {
+		// A caller that missed the local tier just before the last shared
+		// read put its value there starts a read of its own: re-check first.
+		if e, ok := c.local.GetIfPresent(key); ok {
+			if now := c.clk.now(); now < e.hard && c.trusted(e, now) {
+				r := remoteRead[V]{done: true, local: true, e: e}
+				r.gen, r.puts = c.gens.get(key)
+				return r, nil
+			}
+		}
+		r := c.loadRemote(rctx, key)
+		if r.e != nil && c.clk.now() < r.e.hard {
+			c.setLocal(key, r.e, r.gen)
+			_, r.puts = c.gens.get(key) // the read is as new as its own put
+		}
+		return r, nil
+	})
+	if err != nil {
+		return nil, remoteRead[V]{} // this caller's ctx ended: the flight reads again, or the caller leaves
+	}
+	if e := r.e; e != nil {
+		now := c.clk.now()
+		if now < e.soft || now < e.hard && !co.noStale {
+			return e, r
+		}
+	}
+	return nil, r
+}
+
 // fly runs fn in key's flight, or alone under DisableCoalescing: every load
 // runs through flight's one run loop, panics and Goexit handled there.
 func (c *Cache[V]) fly(ctx context.Context, key string, fn func(context.Context) (*entry[V], error)) (*entry[V], error) {
@@ -281,19 +335,48 @@ func (f *fillState[V]) takeSlot(ctx context.Context) (release func(), err error)
 	return l.Release, nil
 }
 
-// remoteRead is what one read of the Store found.
-type remoteRead[V any] struct {
-	done bool   // the read was made; the rest is unset otherwise
-	gen  uint64 // the local generation read before it
-	puts uint64 // the stripe's count of local puts read before it
-	// local is set when no read was made: e was found in the local tier,
-	// put there by a read that ended just before.
-	local bool
-	err   error
-	// e is the decoded value; nil when there is none (gone) or it does not
-	// decode.
-	e    *entry[V]
-	gone bool
+// loadAndStore is the last stage of a fill: it loads, hands the value to
+// the flight's callers and the local tier, and writes it back under held
+// (nil: unfenced, or not at all when the fill does not use the remote tier).
+func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held *heldLease) (*entry[V], error) {
+	c := f.c
+	v, delta, d, err := c.runLoad(ctx, f.key, load, f.mode == background)
+	now := c.clk.now()
+	if err != nil {
+		return f.loadFailed(ctx, err, held, now)
+	}
+	e := &entry[V]{value: v, delta: int64(delta)}
+	if d.noCache {
+		e.uncached = true
+		return e, nil
+	}
+	soft, hard := c.cfg.SoftTTL, c.cfg.HardTTL
+	if d.soft > 0 {
+		soft, hard = min(d.soft, MaxTTL), min(max(d.hard, d.soft), MaxTTL)
+	}
+	soft, hard = c.cfg.jitter.Pair(soft, hard, c.jitterDraw())
+	e.soft, e.hard = addTime(now, soft), addTime(now, hard)
+	c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
+	return e, nil
+}
+
+// loadFailed settles a fill whose load returned err: a not-found is
+// remembered for NegativeTTL, a miss that may serve stale is served its
+// candidate (stale-if-error), and any other error goes to the callers.
+func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLease, now int64) (*entry[V], error) {
+	c := f.c
+	c.st.loadErrors.add(1)
+	if errors.Is(err, ErrNotFound) && c.cfg.NegativeTTL > 0 {
+		exp := addTime(now, c.cfg.NegativeTTL)
+		e := &entry[V]{soft: exp, hard: exp, negative: true}
+		c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
+		return e, nil
+	}
+	if cand := f.candidate; cand != nil && f.staleOK() && now < cand.hard {
+		c.st.staleIfError.add(1)
+		return cand, nil
+	}
+	return nil, err
 }
 
 // loadRemote reads key from the Store and decodes what it finds.
@@ -313,43 +396,4 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 		r.e, _ = c.decode(env)
 	}
 	return r
-}
-
-// readShared reads key from the Store before any load's flight, sharing one
-// read among the callers of key that arrive while it runs: a value another
-// replica wrote is served at the cost of one round trip. It returns the
-// entry to serve, or nil when the caller must go on to the flight (no
-// Store, breaker open, nothing usable stored), with what the read found so
-// that a flight this caller starts need not read again.
-func (c *Cache[V]) readShared(ctx context.Context, key string, co callOpts) (*entry[V], remoteRead[V]) {
-	if c.cfg.Store == nil || c.brk.open() {
-		return nil, remoteRead[V]{} // a half-open breaker's probe is made inside the flight
-	}
-	r, err, _ := c.reads.Do(ctx, key, func(rctx context.Context) (remoteRead[V], error) {
-		// A caller that missed the local tier just before the last shared
-		// read put its value there starts a read of its own: re-check first.
-		if e, ok := c.local.GetIfPresent(key); ok {
-			if now := c.clk.now(); now < e.hard && c.trusted(e, now) {
-				r := remoteRead[V]{done: true, local: true, e: e}
-				r.gen, r.puts = c.gens.get(key)
-				return r, nil
-			}
-		}
-		r := c.loadRemote(rctx, key)
-		if r.e != nil && c.clk.now() < r.e.hard {
-			c.setLocal(key, r.e, r.gen)
-			_, r.puts = c.gens.get(key) // the read is as new as its own put
-		}
-		return r, nil
-	})
-	if err != nil {
-		return nil, remoteRead[V]{} // this caller's ctx ended: the flight reads again, or the caller leaves
-	}
-	if e := r.e; e != nil {
-		now := c.clk.now()
-		if now < e.soft || now < e.hard && !co.noStale {
-			return e, r
-		}
-	}
-	return nil, r
 }
