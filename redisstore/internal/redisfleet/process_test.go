@@ -1,0 +1,96 @@
+package redisfleet_test
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/herdcache/herd"
+)
+
+// The Process tests run each replica as its own OS process (see
+// replicaproc_test.go), over one redis-server: a replica can be stopped,
+// continued and killed as a whole, with its sockets, timers and goroutines.
+// Every load adds 1 to the loading replica's field of a Redis hash before it
+// announces itself, so the parent counts the loads of the whole fleet, those
+// of a killed replica included.
+
+// TestProcessReplica is the body of a replica process: the test binary run
+// again with replicaEnv set. Run by go test, it does nothing.
+func TestProcessReplica(t *testing.T) {
+	raw := os.Getenv(replicaEnv)
+	if raw == "" {
+		t.Skip("the replica process of the Process tests; runs only when they start it")
+	}
+	var cfg replicaConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := serveReplica(cfg, os.Stdin, os.Stdout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lease holder stopped (SIGSTOP) past its lease TTL is taken over by
+// another replica; continued, it finishes its load, and its late write is
+// refused: two loads for the expiry, and Redis keeps the second.
+func TestProcessStoppedHolderIsFenced(t *testing.T) {
+	const leaseTTL = time.Second
+	f := startFleet(t, 2, time.Minute, leaseTTL)
+	a, b := f.procs[0], f.procs[1]
+	key := herd.Key("proc", "stopped")
+
+	held := a.get(t, key, "a", gated, 1, 0)
+	held.waitLoad(t)
+	lease := f.leaseKey(t, key)
+	a.signal(t, syscall.SIGSTOP)
+	tokenA := f.leaseToken(t, lease)
+	if tokenA == "" {
+		// Only a replica starved for two thirds of its lease gets here:
+		// the rest of the test holds all the same.
+		t.Logf("the holder's lease ran out before it was stopped")
+	}
+	took := f.leaseGone(t, lease, leaseTTL+10*time.Second)
+	t.Logf("the stopped holder's lease ran out %v after the stop (lease TTL %v)", took, leaseTTL)
+
+	taker := b.get(t, key, "b", loadFor, 1, 0)
+	if v, n := taker.result(t); v != "b" || n != 1 {
+		t.Fatalf("the taking-over replica was served %q after %d loads of its own; want b after 1", v, n)
+	}
+	if tok := f.leaseToken(t, lease); tok == tokenA && tok != "" {
+		t.Fatalf("the stopped holder's lease %q is back", tok)
+	}
+
+	a.signal(t, syscall.SIGCONT)
+	a.open(t, held)
+	if v, _ := held.result(t); v != "a" {
+		t.Errorf("the continued holder's callers were served %q, want its own load's a", v)
+	}
+	// The write-back runs in the background after the callers are served.
+	eventually(t, replyWithin, "the continued holder's write to be refused", func() bool {
+		return a.stats(t).FencedWrites > 0
+	})
+	sa, sb := a.stats(t), b.stats(t)
+	if sa.FencedWrites != 1 || sb.FencedWrites != 0 {
+		t.Errorf("fenced writes: stopped holder %d, taker %d; want 1 and 0", sa.FencedWrites, sb.FencedWrites)
+	}
+	if sa.LeaseAcquired != 1 || sb.LeaseAcquired != 1 {
+		t.Errorf("leases taken: stopped holder %d, taker %d; want 1 each", sa.LeaseAcquired, sb.LeaseAcquired)
+	}
+	if loads := f.loads(t); !slices.Equal(loads, []int64{1, 1}) {
+		t.Errorf("loads counted in Redis per replica %v, want [1 1]: two for the expiry", loads)
+	}
+	if sa.Loads != 1 || sb.Loads != 1 {
+		t.Errorf("loads in Stats: stopped holder %d, taker %d; want 1 each", sa.Loads, sb.Loads)
+	}
+	if v := f.stored(t, key); v != "b" {
+		t.Errorf("Redis holds %q, want the taker's b", v)
+	}
+	// The refused write dropped the holder's own copy: it now serves b.
+	if v, _ := a.get(t, key, "x", noLoad, 1, 0).result(t); v != "b" {
+		t.Errorf("the continued holder serves %q, want b", v)
+	}
+}
