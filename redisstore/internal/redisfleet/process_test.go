@@ -94,3 +94,62 @@ func TestProcessStoppedHolderIsFenced(t *testing.T) {
 		t.Errorf("the continued holder serves %q, want b", v)
 	}
 }
+
+// A replica killed (SIGKILL) while it holds a lease is taken over once the
+// lease runs out: the waiting replicas are served the taker's value, after
+// two loads for the expiry, the dead one's included.
+func TestProcessKilledHolderTakeover(t *testing.T) {
+	const leaseTTL = time.Second
+	f := startFleet(t, 3, time.Minute, leaseTTL)
+	a, waiters := f.procs[0], f.procs[1:]
+	key := herd.Key("proc", "killed")
+
+	a.get(t, key, "a", gated, 1, 0).waitLoad(t)
+	lease := f.leaseKey(t, key)
+	tokenA := f.leaseToken(t, lease)
+	a.kill(t)
+	killed := time.Now()
+
+	// Both survivors miss and wait on the dead holder's lease; their loads
+	// wait at the gate so that the lease can be read while one is held.
+	calls := make([]*procCall, len(waiters))
+	for i, p := range waiters {
+		calls[i] = p.get(t, key, p.name, gated, 1, 0)
+	}
+	var taker int
+	select {
+	case <-calls[0].loaded:
+		taker = 0
+	case <-calls[1].loaded:
+		taker = 1
+	case r := <-calls[0].done:
+		t.Fatalf("replica %s ended without a load: %s %s", waiters[0].name, r.kind, r.rest)
+	case r := <-calls[1].done:
+		t.Fatalf("replica %s ended without a load: %s %s", waiters[1].name, r.kind, r.rest)
+	case <-time.After(replyWithin):
+		t.Fatalf("no surviving replica took over within %v", replyWithin)
+	}
+	t.Logf("%s took over %v after the kill (lease TTL %v)", waiters[taker].name, time.Since(killed), leaseTTL)
+	if tok := f.leaseToken(t, lease); tok == "" || tok == tokenA {
+		t.Errorf("while the taker loads the lease is held by %q, want a new token (the dead holder's was %q)", tok, tokenA)
+	}
+	for i, p := range waiters {
+		p.open(t, calls[i])
+	}
+	want := waiters[taker].name
+	for i, c := range calls {
+		if v, _ := c.result(t); v != want {
+			t.Errorf("replica %s was served %q, want the taker's %q", waiters[i].name, v, want)
+		}
+	}
+	loads := f.loads(t)
+	if loads[0] != 1 {
+		t.Errorf("the killed holder counted %d loads, want 1", loads[0])
+	}
+	if n := sum(loads); n > 2 {
+		t.Errorf("%d loads for the expiry (per replica %v), want at most 2: the dead holder's and one takeover", n, loads)
+	}
+	if v := f.stored(t, key); v != want {
+		t.Errorf("Redis holds %q, want the taker's %q", v, want)
+	}
+}
