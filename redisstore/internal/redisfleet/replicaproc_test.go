@@ -645,6 +645,22 @@ func (f *procFleet) leaseGone(t *testing.T, name string, within time.Duration) t
 	return time.Since(start)
 }
 
+// expired waits until key's value has left Redis (its hard TTL ended), for
+// at most within. A replica's local copy carries the expiry its writer
+// computed before the write, so it is past it too.
+func (f *procFleet) expired(t *testing.T, key string, within time.Duration) {
+	t.Helper()
+	eventually(t, within, fmt.Sprintf("%q to expire from Redis", key), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		env, err := f.remote.Load(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env == nil
+	})
+}
+
 // stored returns the value Redis holds for key, read by a fresh cache that
 // must not load.
 func (f *procFleet) stored(t *testing.T, key string) string {
