@@ -18,6 +18,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if raw := os.Getenv(replicaEnv); raw != "" {
+		os.Exit(replicaMain(raw))
+	}
 	// A killed server makes go-redis log each failed dial; the tests count
 	// the failures themselves.
 	redis.SetLogger(quiet{})

@@ -19,20 +19,19 @@ import (
 // announces itself, so the parent counts the loads of the whole fleet, those
 // of a killed replica included.
 
-// TestProcessReplica is the body of a replica process: the test binary run
-// again with replicaEnv set. Run by go test, it does nothing.
-func TestProcessReplica(t *testing.T) {
-	raw := os.Getenv(replicaEnv)
-	if raw == "" {
-		t.Skip("the replica process of the Process tests; runs only when they start it")
-	}
+// replicaMain is the body of a replica process: the test binary run again
+// with replicaEnv set, which TestMain hands here instead of running tests.
+func replicaMain(raw string) int {
 	var cfg replicaConfig
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, "replica:", err)
+		return 2
 	}
 	if err := serveReplica(cfg, os.Stdin, os.Stdout); err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, "replica:", err)
+		return 1
 	}
+	return 0
 }
 
 // A lease holder stopped (SIGSTOP) past its lease TTL is taken over by

@@ -26,7 +26,7 @@ import (
 )
 
 // A replica process is this test binary run again with replicaEnv set, so
-// that it runs TestProcessReplica alone. It serves one herd cache over
+// that TestMain runs replicaMain instead of the tests. It serves one herd cache over
 // redisstore and is driven over its stdin and stdout, one line each way per
 // message, every line starting with the request's id:
 //
@@ -283,7 +283,7 @@ func startProc(t *testing.T, cfg replicaConfig) *replicaProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, "-test.run=^TestProcessReplica$", "-test.count=1", "-test.timeout=2m")
+	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), replicaEnv+"="+string(raw))
 	p := &replicaProc{t: t, name: cfg.Name, cmd: cmd, ready: make(chan struct{}), exited: make(chan struct{}), calls: map[int]*procCall{}}
 	cmd.Stderr = &p.stderr
