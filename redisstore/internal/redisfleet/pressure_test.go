@@ -2,6 +2,9 @@ package redisfleet_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +13,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/internal/keyspace"
+	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
 // roundTrips is a go-redis hook that counts what a client sends to Redis:
@@ -67,6 +74,13 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
+func sumTrips(hs []*roundTrips) (n int64) {
+	for _, h := range hs {
+		n += h.trips.Load()
+	}
+	return n
+}
+
 // commandstats returns how many calls of each command the server has
 // served (INFO commandstats), commands run inside scripts included, and
 // their total.
@@ -91,4 +105,435 @@ func commandstats(t *testing.T, c redis.UniversalClient) (map[string]int64, int6
 		total += n
 	}
 	return calls, total
+}
+
+// scriptKeys returns the keys an EVALSHA or EVAL command hands its script,
+// and whether cmd is such a command.
+func scriptKeys(cmd redis.Cmder) ([]string, bool) {
+	switch cmd.Name() {
+	case "evalsha", "eval":
+	default:
+		return nil, false
+	}
+	args := cmd.Args() // name, script or SHA, number of keys, keys, arguments
+	if len(args) < 3 {
+		return nil, false
+	}
+	var n int
+	switch v := args[2].(type) {
+	case int:
+		n = v
+	case int64:
+		n = int(v)
+	default:
+		return nil, false
+	}
+	if n < 0 || len(args) < 3+n {
+		return nil, false
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i], _ = args[3+i].(string)
+	}
+	return keys, true
+}
+
+// isAcquire reports whether cmd runs the acquire script on the key named n:
+// it alone is handed the value, lease and fence keys in that order.
+func isAcquire(cmd redis.Cmder, n keyspace.Names) bool {
+	keys, ok := scriptKeys(cmd)
+	return ok && slices.Equal(keys, []string{n.Value, n.Lease, n.Fence})
+}
+
+// Outcomes of the acquire script: it returns {kind, ...}.
+const (
+	acquireFound   = 1 // a fresh value
+	acquireGranted = 2 // the lease and a new fence
+	acquireHeld    = 3 // another holder has the lease
+)
+
+// acquireOutcome returns the kind of reply an acquire script call got, or 0
+// when it failed.
+func acquireOutcome(cmd redis.Cmder) int64 {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return 0
+	}
+	res, err := c.Slice()
+	if err != nil || len(res) == 0 {
+		return 0
+	}
+	kind, _ := res[0].(int64)
+	return kind
+}
+
+// troubled reports whether err, returned by a Redis command, is a failure
+// a busy machine can cause (a deadline, a dropped connection): not a miss,
+// and not the NOSCRIPT reply that makes go-redis send a script in full.
+func troubled(err error) bool {
+	return err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// TestLeaseAttemptsPerExpiry offers 20 replicas an open-loop load on one hot
+// key, 50 Gets a second each, through several soft expiries, and measures
+// what each expiry costs: loads, lease acquisitions and round trips to
+// Redis. The physical limit is one load and, with a lease, one acquisition
+// per replica per expiry; the rest of the time a replica serves from memory.
+func TestLeaseAttemptsPerExpiry(t *testing.T) {
+	const (
+		replicas  = 20
+		rate      = 50 // Gets per second offered to each replica
+		run       = 8 * time.Second
+		soft      = 2 * time.Second
+		recompute = 400 * time.Millisecond
+		// inFlight bounds the Gets of one replica running at once, so a
+		// stuck replica cannot start more goroutines than the race
+		// detector allows; a tick that finds them all running is skipped.
+		inFlight = 100
+	)
+	node := redistest.Server(t)
+	key := herd.Key("hot", "attempts")
+	n := names(t, key)
+	log := &expiryLog{}
+	hooks := make([]*roundTrips, 0, replicas)
+	rs := fleet(t, replicas, func() redis.UniversalClient {
+		c := node.Client()
+		h := &roundTrips{done: func(cmd redis.Cmder, _ time.Duration, err error) {
+			log.command(cmd, n, err)
+		}}
+		c.AddHook(h)
+		hooks = append(hooks, h)
+		return c
+	}, func(o *herd.Options[string]) {
+		o.SoftTTL, o.HardTTL = soft, 10*time.Second // an 8s stale window
+		o.Beta, o.Jitter = 0, 0
+		o.NearTTL = time.Second
+		o.OnLeaseHeld = herd.ServeStale
+		o.LeaseTTL = 2 * time.Second
+		o.RefreshBackoff = time.Second
+		o.Recorder = log
+	})
+	loads := make([]herd.LoadFunc[string], replicas)
+	for i := range loads {
+		loads[i] = func(ctx context.Context) (string, error) {
+			start := time.Now()
+			select {
+			case <-time.After(recompute): // the database
+			case <-ctx.Done():
+				log.load(i, start, time.Now(), false, recompute)
+				return "", ctx.Err()
+			}
+			end := time.Now()
+			log.load(i, start, end, true, recompute)
+			return strconv.FormatInt(end.UnixNano(), 10), nil
+		}
+	}
+
+	// One load fills Redis, every replica reads it once: the run begins
+	// with the value fresh everywhere and the connections made.
+	for i, r := range rs {
+		if _, err := getWithin(t, r.cache, key, loads[i]); err != nil {
+			t.Fatalf("warming replica %d: %v", i, err)
+		}
+	}
+	before := make([]herd.Stats, replicas)
+	for i, r := range rs {
+		before[i] = r.cache.Stats()
+	}
+	_, serverBefore := commandstats(t, node.Client())
+	tripsBefore := sumTrips(hooks)
+	from := time.Now()
+	log.begin(from)
+
+	var issued, skipped, failed atomic.Int64
+	var firstErr atomic.Value
+	var gets, pacers sync.WaitGroup
+	done := make(chan struct{})
+	maxTicks := int((run+soft)/time.Second)*rate + rate
+	for i, r := range rs {
+		pacers.Add(1)
+		go func() {
+			defer pacers.Done()
+			slots := make(chan struct{}, inFlight)
+			tick := time.NewTicker(time.Second / rate)
+			defer tick.Stop()
+			for range maxTicks {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+				}
+				select {
+				case slots <- struct{}{}:
+				default:
+					skipped.Add(1)
+					continue
+				}
+				issued.Add(1)
+				gets.Add(1)
+				go func() {
+					defer gets.Done()
+					defer func() { <-slots }()
+					ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+					defer cancel()
+					if _, err := r.cache.Get(ctx, key, loads[i]); err != nil {
+						failed.Add(1)
+						firstErr.CompareAndSwap(nil, err)
+					}
+				}()
+			}
+		}()
+	}
+	// The run lasts 8s, and longer when an expiry came in its last soft TTL:
+	// every expiry judged gets a soft TTL of traffic, time for each
+	// replica's refresh and its retries after RefreshBackoff. No expiry can
+	// come meanwhile: the value of the last one's load is fresh that long.
+	<-time.After(run)
+	if es := log.expiries(soft, from, time.Now()); len(es) > 0 {
+		if wait := time.Until(es[len(es)-1].Add(soft)); wait > 0 {
+			<-time.After(wait)
+		}
+	}
+	stop := time.Now()
+	close(done)
+	pacers.Wait()
+	gets.Wait()
+	// Close waits for the refreshes and write-backs still running, so that
+	// their Redis calls are counted.
+	for i, r := range rs {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := r.cache.Close(ctx); err != nil {
+			t.Errorf("closing replica %d: %v", i, err)
+		}
+		cancel()
+	}
+	end := time.Now()
+	_, serverAfter := commandstats(t, node.Client())
+	trips := sumTrips(hooks) - tripsBefore
+	server := serverAfter - serverBefore - 1 // less the first INFO
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d Gets failed, e.g. %v", n, issued.Load(), firstErr.Load())
+	}
+
+	rounds := log.rounds(replicas, soft, from, stop, end)
+	if len(rounds) == 0 {
+		t.Fatalf("no soft expiry in %v of traffic", stop.Sub(from))
+	}
+	var leased int64
+	for i, r := range rs {
+		s := r.cache.Stats()
+		leased += s.LeaseAcquired + s.LeaseContended - before[i].LeaseAcquired - before[i].LeaseContended
+	}
+	requests := issued.Load()
+	totalLoads, totalAcquires := 0, 0
+	for _, r := range rounds {
+		totalLoads += int(sum(r.loads))
+		totalAcquires += r.acquires
+	}
+	expiries := float64(len(rounds))
+	t.Logf("%d replicas, %v of open-loop traffic: %d Gets (%.0f/s offered per replica, %d ticks skipped), %d soft expiries",
+		replicas, stop.Sub(from).Round(time.Millisecond), requests, float64(rate), skipped.Load(), len(rounds))
+	t.Logf("loads per expiry: %.2f (%d loads)", float64(totalLoads)/expiries, totalLoads)
+	out := log.acquireOutcomes()
+	t.Logf("lease acquire calls per expiry: %.1f counted by the clients (%d: %d granted, %d found a fresh value, %d found the lease held); %.1f counted by the caches (LeaseAcquired+LeaseContended: %d)",
+		float64(totalAcquires)/expiries, totalAcquires, out[acquireGranted], out[acquireFound], out[acquireHeld],
+		float64(leased)/expiries, leased)
+	t.Logf("Redis round trips per Get: %.4f counted by the clients (%d); server commands per Get: %.4f (INFO commandstats, commands inside scripts included: %d)",
+		float64(trips)/float64(requests), trips, float64(server)/float64(requests), server)
+
+	clean, degraded, cleanAcquires := 0, 0, 0
+	for k, r := range rounds {
+		name := fmt.Sprintf("expiry %d (at %v)", k, r.start.Sub(from).Round(time.Millisecond))
+		t.Logf("%s: %d loads (per replica: %v), %d acquire calls", name, sum(r.loads), r.loads, r.acquires)
+		if !r.degraded {
+			clean++
+			cleanAcquires += r.acquires
+			if got := sum(r.loads); got > 1 {
+				t.Errorf("%s: %d loads across %d replicas, want at most 1 (per replica: %v)", name, got, replicas, r.loads)
+			}
+			continue
+		}
+		degraded++
+		t.Logf("%s: a Redis call failed, a lease was lost, a breaker opened or a load ran late: judged by the degraded bound", name)
+		for i, n := range r.loads {
+			if n > 1 {
+				t.Errorf("%s (degraded): replica %d loaded %d times, want at most 1", name, i, n)
+			}
+		}
+	}
+	// At most one expiry in ten, and at least one, may be degraded by a
+	// busy machine; one must run clean.
+	if allowed := (len(rounds) + 9) / 10; degraded > allowed {
+		t.Errorf("%d of %d expiries degraded, want at most %d", degraded, len(rounds), allowed)
+	}
+	if clean == 0 {
+		t.Fatal("every expiry was degraded: nothing judged one load per expiry")
+	}
+	if per := float64(cleanAcquires) / float64(clean); per > replicas {
+		t.Errorf("%.1f lease acquire calls per expiry (clean expiries), want at most %d, one per replica", per, replicas)
+	}
+	if per := float64(trips) / float64(requests); per > 0.05 {
+		t.Errorf("%.4f Redis round trips per Get, want at most 0.05", per)
+	}
+}
+
+// expiryLog records, each with the time it happened, what
+// TestLeaseAttemptsPerExpiry judges per expiry. It is the fleet's Recorder,
+// and its clients' hooks report to it. Safe for concurrent use.
+type expiryLog struct {
+	mu       sync.Mutex
+	from     time.Time   // the start of the measured run; zero before
+	loads    []loadSpan  // every load of the hot key
+	acquires []time.Time // acquire script calls on the hot key, as the clients sent them
+	outcomes [4]int      // acquires by outcome (0: failed)
+	trouble  []time.Time // failed Redis calls, lost leases, opened breakers, slow loads
+}
+
+type loadSpan struct {
+	replica    int
+	start, end time.Time
+	ok         bool // the load returned a value, fresh for the soft TTL from end
+}
+
+func (l *expiryLog) begin(from time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.from = from
+}
+
+func (l *expiryLog) load(replica int, start, end time.Time, ok bool, recompute time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.loads = append(l.loads, loadSpan{replica, start, end, ok})
+	if end.Sub(start) >= 2*recompute {
+		l.trouble = append(l.trouble, end)
+	}
+}
+
+func (l *expiryLog) command(cmd redis.Cmder, n keyspace.Names, err error) {
+	acquire := isAcquire(cmd, n)
+	if !acquire && !troubled(err) {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.from.IsZero() {
+		return // warming up
+	}
+	if troubled(err) {
+		l.trouble = append(l.trouble, now)
+	}
+	if acquire {
+		l.acquires = append(l.acquires, now)
+		l.outcomes[acquireOutcome(cmd)]++
+	}
+}
+
+func (l *expiryLog) acquireOutcomes() [4]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.outcomes
+}
+
+func (l *expiryLog) troubleNow() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.trouble = append(l.trouble, time.Now())
+}
+
+func (l *expiryLog) RecordGet(herd.GetResult)              {}
+func (l *expiryLog) RecordLoad(time.Duration, error, bool) {}
+func (l *expiryLog) RecordShed(string, bool)               {}
+func (l *expiryLog) RecordBreaker(open bool) {
+	if open {
+		l.troubleNow()
+	}
+}
+func (l *expiryLog) RecordLease(e herd.LeaseEvent, _ time.Duration) {
+	if e == herd.LeaseLost || e == herd.LeaseWaitTimeout {
+		l.troubleNow()
+	}
+}
+
+// expiries returns the instants in [from, to) at which the newest loaded
+// value went past its soft TTL with no fresher one loaded: the soft
+// expiries that each call for one refresh.
+func (l *expiryLog) expiries(soft time.Duration, from, to time.Time) []time.Time {
+	l.mu.Lock()
+	var ends []time.Time
+	for _, s := range l.loads {
+		if s.ok {
+			ends = append(ends, s.end)
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(ends, time.Time.Compare)
+	var out []time.Time
+	var freshUntil time.Time
+	gap := func(at time.Time) {
+		if !at.Before(from) && at.Before(to) {
+			out = append(out, at)
+		}
+	}
+	for _, end := range ends {
+		if !freshUntil.IsZero() && end.After(freshUntil) {
+			gap(freshUntil)
+		}
+		if f := end.Add(soft); f.After(freshUntil) {
+			freshUntil = f
+		}
+	}
+	if !freshUntil.IsZero() {
+		gap(freshUntil) // expired, and no value loaded since
+	}
+	return out
+}
+
+// expiryRound is what happened from one soft expiry to the next.
+type expiryRound struct {
+	start    time.Time
+	loads    []int64 // loads started, per replica
+	acquires int     // acquire calls sent
+	degraded bool    // a Redis call failed, a lease was lost, a breaker opened or a load ran late
+}
+
+// rounds splits what was logged from from to end into rounds, one per soft
+// expiry before stop; what came before the first expiry counts in the
+// first round. Trouble counts until stop: closing the caches after it may
+// cancel calls.
+func (l *expiryLog) rounds(replicas int, soft time.Duration, from, stop, end time.Time) []expiryRound {
+	es := l.expiries(soft, from, stop)
+	rs := make([]expiryRound, len(es))
+	for k := range rs {
+		rs[k] = expiryRound{start: es[k], loads: make([]int64, replicas)}
+	}
+	at := func(t time.Time) *expiryRound {
+		if len(rs) == 0 || t.Before(from) || t.After(end) {
+			return nil
+		}
+		k, found := slices.BinarySearchFunc(es, t, time.Time.Compare)
+		if !found {
+			k--
+		}
+		return &rs[max(k, 0)]
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.loads {
+		if r := at(s.start); r != nil {
+			r.loads[s.replica]++
+		}
+	}
+	for _, a := range l.acquires {
+		if r := at(a); r != nil {
+			r.acquires++
+		}
+	}
+	for _, tr := range l.trouble {
+		if r := at(tr); r != nil && tr.Before(stop) {
+			r.degraded = true
+		}
+	}
+	return rs
 }
