@@ -1,9 +1,12 @@
 package redisfleet_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/internal/keyspace"
+	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
@@ -536,4 +540,438 @@ func (l *expiryLog) rounds(replicas int, soft time.Duration, from, stop, end tim
 		}
 	}
 	return rs
+}
+
+// TestHotKeyNotStarved runs one hot key among cold misses that hold every
+// slot of a shared limiter: the hot key's background refreshes are shed
+// (they may not take the reserved slots), yet it must not stay stale much
+// past half its stale window, nor to its hard TTL, and a shed refresh must
+// cost no Redis call.
+//
+// The run lasts 20s, enough for the hot key to go past its soft TTL three
+// times when refreshes land at the half-stale-window point, and twice when
+// the key is left stale to its hard TTL.
+func TestHotKeyNotStarved(t *testing.T) {
+	const (
+		workers   = 100
+		run       = 20 * time.Second
+		soft      = 2 * time.Second
+		hard      = 10 * time.Second
+		recompute = 100 * time.Millisecond
+		// maxRequests bounds each worker's loop in count as run bounds it
+		// in time.
+		maxRequests = 1_000_000
+	)
+	node := redistest.Server(t)
+	lim, err := limiter.New(limiter.Options{Limit: 32, Reserve: 8, QueueTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := herd.Key("hot")
+	hotNames := names(t, hot)
+	tasks := &refreshTasks{running: map[uint64]*refreshTask{}}
+	var hotAcquires [4]atomic.Int64 // by outcome
+	h := &roundTrips{done: func(cmd redis.Cmder, took time.Duration, _ error) {
+		tasks.command(took)
+		if isAcquire(cmd, hotNames) {
+			hotAcquires[acquireOutcome(cmd)].Add(1)
+		}
+	}}
+	r := fleet(t, 1, func() redis.UniversalClient {
+		c := node.Client()
+		c.AddHook(h)
+		return c
+	}, func(o *herd.Options[string]) {
+		o.SoftTTL, o.HardTTL = soft, hard
+		o.NearTTL = time.Second
+		o.Limiter = lim
+		o.OnLeaseHeld = herd.ServeStale
+		o.RefreshBackoff = time.Second
+		o.Executor = tasks.run
+		o.Recorder = tasks
+	})[0]
+
+	var versions hotVersions
+	loadHot := func(ctx context.Context) (string, error) {
+		tasks.loading()
+		select {
+		case <-time.After(recompute): // the database
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return versions.add(time.Now()), nil
+	}
+	loadCold := func(ctx context.Context) (string, error) {
+		select {
+		case <-time.After(recompute): // the database
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return "cold", nil
+	}
+
+	// Before the workload, while the limiter is idle, one refresh of a key
+	// stale at once must be admitted and be seen making its Redis calls:
+	// else a shed refresh would be seen making none whatever it made.
+	probe := herd.Key("probe")
+	staleAtOnce := func(ctx context.Context) (string, error) {
+		herd.SetTTL(ctx, time.Nanosecond, time.Minute)
+		tasks.loading()
+		return "probe", nil
+	}
+	// A miss, then stale reads, each refreshing in the background, until a
+	// refresh loads. Redis holds the soft expiry to the millisecond: a
+	// refresh may find that copy newer than the local one and take it
+	// instead of loading, and it is fresh for up to a millisecond, so the
+	// reads are paced a millisecond apart.
+	var p refreshSummary
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < 1000 && p.loaded == 0; i++ {
+		if _, err := getWithin(t, r.cache, probe, staleAtOnce); err != nil {
+			t.Fatal(err)
+		}
+		tasks.wg.Wait()
+		p = tasks.summary()
+		<-tick.C
+	}
+	if p.loaded != 1 || p.loadedCommands == 0 {
+		t.Fatalf("probe refreshes: %d of %d loaded, %d Redis commands before the load; want 1 seen calling Redis", p.loaded, p.tasks, p.loadedCommands)
+	}
+	t.Logf("probe: %d refreshes, 1 loaded after %d Redis commands", p.tasks, p.loadedCommands)
+	tasks.reset()
+	before := r.cache.Stats()
+
+	reads := &hotReads{soft: soft, hard: hard}
+	var coldIDs, coldGets, coldFailed atomic.Int64
+	start := time.Now()
+	stop := start.Add(run)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := 0; i < maxRequests && time.Now().Before(stop); i++ {
+				if rng.IntN(10) == 0 {
+					// A key never asked for before: a miss that holds a
+					// limiter slot for the whole load.
+					key := herd.Key("cold", strconv.FormatInt(coldIDs.Add(1), 10))
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, err := r.cache.Get(ctx, key, loadCold)
+					cancel()
+					coldGets.Add(1)
+					if err != nil {
+						coldFailed.Add(1)
+					}
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				t0 := time.Now()
+				v, err := r.cache.Get(ctx, hot, loadHot)
+				reads.add(t0, time.Now(), v, err)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	end := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.cache.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	tasks.wg.Wait() // the refreshes Close waited for have ended
+
+	s := r.cache.Stats()
+	ls := lim.Stats() // the probe's few slots included; it waited for none and was not shed
+	loaded := versions.times()
+	if len(loaded) == 0 {
+		t.Fatal("the hot key was never loaded")
+	}
+	gap, gaps := staleGaps(loaded, soft, end)
+	if gaps == 0 {
+		t.Fatalf("the hot key never went past its soft TTL in %v: nothing was judged", end.Sub(start))
+	}
+	tk := tasks.summary()
+	highWait, measured := tk.longestWait, tk.loaded > 0
+	if !measured {
+		highWait = time.Second // the limiter's QueueTimeout
+	}
+	bound := (hard-soft)/2 + 2*recompute + highWait
+
+	t.Logf("%d workers for %v: %d hot Gets (%d failed: %d overloaded), %d cold Gets (%d failed)",
+		workers, end.Sub(start).Round(time.Millisecond), reads.n, reads.failed, reads.overloaded, coldGets.Load(), coldFailed.Load())
+	t.Logf("hot key: %d loads, %d soft expiries; served stale %d times, longest %v past its soft TTL (measured from before each Get); fresh again at most %v after a soft expiry; longest hot Get %v",
+		len(loaded), gaps, reads.stale, reads.longestStale.Round(time.Millisecond), gap.Round(time.Millisecond), reads.longestGet.Round(time.Millisecond))
+	t.Logf("background refreshes: %d started, %d shed (Stats.Shed %d in all, limiter ShedBackground %d), %d ran a load",
+		tk.tasks, tk.shed, s.Shed-before.Shed, ls.ShedBackground, tk.loaded)
+	t.Logf("shed refreshes sent %d Redis commands; refreshes that loaded sent %d before their load",
+		tk.shedCommands, tk.loadedCommands)
+	t.Logf("hot-key acquire calls (client): %d granted, %d found a fresh value, %d found the lease held, %d failed; all keys: LeaseAcquired+LeaseContended %d, Loads %d",
+		hotAcquires[acquireGranted].Load(), hotAcquires[acquireFound].Load(), hotAcquires[acquireHeld].Load(), hotAcquires[0].Load(),
+		s.LeaseAcquired+s.LeaseContended-before.LeaseAcquired-before.LeaseContended, s.Loads-before.Loads)
+	if measured {
+		t.Logf("longest limiter wait of a refresh that loaded: %v (of %d)", highWait.Round(time.Millisecond), tk.loaded)
+	} else {
+		t.Logf("no refresh loaded, so none measured a limiter wait: the bound uses the limiter's QueueTimeout, %v, as the longest High-priority wait", highWait)
+	}
+	t.Logf("limiter: max in use %d, %d acquired, shed %d (queue timeout %d, reserve %d; high %d, normal %d, background %d), %d waits averaging %v",
+		ls.MaxInUse, ls.Acquired, ls.Shed(), ls.ShedQueueTimeout, ls.ShedReserve, ls.ShedHigh, ls.ShedNormal, ls.ShedBackground,
+		ls.QueueWaits, avg(ls.QueueWait, ls.QueueWaits).Round(time.Millisecond))
+
+	if reads.unexpected != nil {
+		t.Errorf("a hot Get failed other than by the limiter: %v", reads.unexpected)
+	}
+	if tk.shed == 0 {
+		t.Error("no background refresh was shed: the cold misses did not hold the limiter")
+	}
+	if reads.longestStale > bound {
+		t.Errorf("the hot key was served %v past its soft TTL, want at most %v ((hard-soft)/2 %v + 2 loads %v + longest High-priority wait %v)",
+			reads.longestStale.Round(time.Millisecond), bound.Round(time.Millisecond), (hard-soft)/2, 2*recompute, highWait.Round(time.Millisecond))
+	}
+	if gap >= hard-soft {
+		t.Errorf("the hot key stayed stale to its hard TTL: no fresh value until %v past its soft TTL (stale window %v)",
+			gap.Round(time.Millisecond), hard-soft)
+	}
+	if reads.pastHard > 0 {
+		t.Errorf("%d hot Gets were served a value past its hard TTL", reads.pastHard)
+	}
+	if tk.shedCommands > 0 {
+		t.Errorf("shed refreshes sent %d Redis commands, want none", tk.shedCommands)
+	}
+}
+
+func avg(d time.Duration, n uint64) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return d / time.Duration(n)
+}
+
+// hotVersions records when each load of the hot key returned, in order;
+// the value a load returns is that instant, so that a reader knows how old
+// what it was served is.
+type hotVersions struct {
+	mu   sync.Mutex
+	ends []time.Time
+}
+
+func (v *hotVersions) add(end time.Time) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.ends = append(v.ends, end)
+	return strconv.FormatInt(end.UnixNano(), 10)
+}
+
+func (v *hotVersions) times() []time.Time {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.ends)
+}
+
+// staleGaps returns the longest time from a soft expiry of the hot key to
+// the end of the next load, the moment readers could have a fresh value (or
+// to end, for an expiry not yet followed by one), and how many soft
+// expiries there were. Loads of one key in one process never overlap.
+func staleGaps(loaded []time.Time, soft time.Duration, end time.Time) (time.Duration, int) {
+	var longest time.Duration
+	n := 0
+	for i, l := range loaded {
+		expiry := l.Add(soft)
+		next := end
+		if i+1 < len(loaded) {
+			next = loaded[i+1]
+		}
+		if next.After(expiry) {
+			n++
+			longest = max(longest, next.Sub(expiry))
+		}
+	}
+	return longest, n
+}
+
+// hotReads measures what Gets of the hot key were served.
+type hotReads struct {
+	soft, hard time.Duration
+
+	mu           sync.Mutex
+	n, stale     int
+	failed       int
+	overloaded   int
+	unexpected   error // the first failure not by the limiter
+	pastHard     int   // values served past their hard TTL
+	longestStale time.Duration
+	longestGet   time.Duration
+}
+
+// add records a Get that began at t0, returned at t1 with v or err. A
+// value is judged by t0: it was served no earlier, so how stale it was is
+// never overstated, however late a busy machine ran the reader after.
+func (r *hotReads) add(t0, t1 time.Time, v string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	r.longestGet = max(r.longestGet, t1.Sub(t0))
+	if err != nil {
+		r.failed++
+		if errors.Is(err, herd.ErrOverloaded) {
+			r.overloaded++
+		} else if r.unexpected == nil {
+			r.unexpected = err
+		}
+		return
+	}
+	ns, perr := strconv.ParseInt(v, 10, 64)
+	if perr != nil {
+		if r.unexpected == nil {
+			r.unexpected = fmt.Errorf("hot value %q: %w", v, perr)
+		}
+		return
+	}
+	loaded := time.Unix(0, ns)
+	if age := t0.Sub(loaded); age > r.soft {
+		r.stale++
+		r.longestStale = max(r.longestStale, age-r.soft)
+		if age >= r.hard {
+			r.pastHard++
+		}
+	}
+}
+
+// refreshTasks runs a cache's background refreshes (Options.Executor),
+// each on a goroutine of its own, and is the cache's Recorder: it
+// attributes to each refresh the Redis commands, limiter sheds and load
+// that happen on its goroutine. A refresh runs its flight on the goroutine
+// that starts it, since its context never ends, and go-redis runs its hooks
+// on the caller's goroutine; nothing in a refresh's context tells it apart
+// from the Get that started it.
+type refreshTasks struct {
+	wg sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[uint64]*refreshTask // by goroutine id; guarded by mu
+	ended   []*refreshTask          // guarded by mu
+}
+
+// refreshTask is one background refresh. Its fields are written only on
+// its own goroutine, and read once it has ended.
+type refreshTask struct {
+	start     time.Time
+	loadStart time.Time // zero when the refresh made no load
+	commands  int       // Redis commands sent
+	preLoad   int       // of those, sent before the load
+	atShed    int       // sent before it was first shed
+	shed      bool
+	redis     time.Duration // time in Redis commands before the load
+}
+
+func (r *refreshTasks) run(fn func()) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		id, task := goid(), &refreshTask{start: time.Now()}
+		r.mu.Lock()
+		r.running[id] = task
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			delete(r.running, id)
+			r.ended = append(r.ended, task)
+			r.mu.Unlock()
+		}()
+		fn()
+	}()
+}
+
+// current returns the refresh running on this goroutine, or nil.
+func (r *refreshTasks) current() *refreshTask {
+	id := goid()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running[id]
+}
+
+func (r *refreshTasks) command(took time.Duration) {
+	if task := r.current(); task != nil {
+		task.commands++
+		if task.loadStart.IsZero() {
+			task.preLoad++
+			task.redis += took
+		}
+	}
+}
+
+func (r *refreshTasks) loading() {
+	if task := r.current(); task != nil && task.loadStart.IsZero() {
+		task.loadStart = time.Now()
+	}
+}
+
+func (r *refreshTasks) RecordGet(herd.GetResult)                   {}
+func (r *refreshTasks) RecordLoad(time.Duration, error, bool)      {}
+func (r *refreshTasks) RecordLease(herd.LeaseEvent, time.Duration) {}
+func (r *refreshTasks) RecordBreaker(bool)                         {}
+func (r *refreshTasks) RecordShed(_ string, _ bool) {
+	if task := r.current(); task != nil && !task.shed {
+		task.shed, task.atShed = true, task.commands
+	}
+}
+
+type refreshSummary struct {
+	tasks, shed, loaded int
+	// shedCommands counts the Redis commands of refreshes before they were
+	// shed, and all of those of shed refreshes that never loaded.
+	shedCommands int
+	// loadedCommands counts the Redis commands of refreshes that loaded,
+	// sent before their load.
+	loadedCommands int
+	// longestWait is the longest time a refresh that loaded waited for a
+	// limiter slot: from its start to its load, less its Redis commands
+	// (and so with whatever time a busy machine kept it from running).
+	longestWait time.Duration
+}
+
+// reset forgets the refreshes that have ended.
+func (r *refreshTasks) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = nil
+}
+
+// summary sums up the refreshes that have ended.
+func (r *refreshTasks) summary() refreshSummary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var s refreshSummary
+	for _, task := range r.ended {
+		s.tasks++
+		if task.shed {
+			s.shed++
+			if task.loadStart.IsZero() {
+				s.shedCommands += task.commands
+			} else {
+				s.shedCommands += task.atShed
+			}
+		}
+		if task.loadStart.IsZero() {
+			continue
+		}
+		s.loaded++
+		s.loadedCommands += task.preLoad
+		s.longestWait = max(s.longestWait, task.loadStart.Sub(task.start)-task.redis)
+	}
+	return s
+}
+
+// goid returns the id of the calling goroutine, from the header of its
+// stack trace ("goroutine 42 [running]:").
+func goid() uint64 {
+	var buf [64]byte
+	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i >= 0 {
+		b = b[:i]
+	}
+	id, _ := strconv.ParseUint(string(b), 10, 64)
+	return id
 }
