@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,32 +131,16 @@ func TestCorruptFenceKeepsBreakerClosed(t *testing.T) {
 	}
 }
 
-// getCounter counts the GET commands a client sends.
-type getCounter struct{ n atomic.Int64 }
-
-func (*getCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *getCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "get" {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (*getCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // A burst of callers of one key does not become a burst on Redis: 50
 // callers on each of 20 replicas, released at once, with no local copy and
 // the value fresh in Redis, make at most one GET per replica.
 func TestStoreReadsCoalesced(t *testing.T) {
 	node := redistest.Server(t)
-	counters := make([]*getCounter, 20)
+	counters := make([]*roundTrips, 20)
 	next := 0
 	rs := fleet(t, 20, func() redis.UniversalClient {
 		c := node.Client()
-		counters[next] = &getCounter{}
+		counters[next] = &roundTrips{}
 		c.AddHook(counters[next])
 		next++
 		return c
@@ -176,8 +157,9 @@ func TestStoreReadsCoalesced(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := commandstatsGets(t, node.Client())
-	for _, c := range counters {
-		c.n.Store(0)
+	gets := make([]int64, len(counters))
+	for i, c := range counters {
+		gets[i] = c.count("get")
 	}
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -200,7 +182,7 @@ func TestStoreReadsCoalesced(t *testing.T) {
 	wg.Wait()
 	total := int64(0)
 	for i, c := range counters {
-		n := c.n.Load()
+		n := c.count("get") - gets[i]
 		total += n
 		if n > 1 {
 			t.Errorf("replica %d sent %d GETs for one key, want at most 1", i, n)
@@ -216,18 +198,6 @@ func TestStoreReadsCoalesced(t *testing.T) {
 // commandstatsGets returns how many GET calls the server has served.
 func commandstatsGets(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()
-	info, err := c.Info(t.Context(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_get:calls="); ok {
-			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	return 0
+	calls, _ := commandstats(t, c)
+	return calls["get"]
 }
