@@ -166,6 +166,9 @@ func TestFleetNoStaleBurstStaysCoalesced(t *testing.T) {
 		fleetStaleSetup(t, a, b, "k")
 		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
 		acq.n.Store(0)
+		// B is told once, by the refresh of a stale read, that A holds it.
+		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+		synctest.Wait()
 
 		var (
 			wg      sync.WaitGroup
@@ -214,25 +217,28 @@ func TestShedRefreshRetriedAtHighPriority(t *testing.T) {
 		mustGet(t, c, "hot", func(context.Context) (int, error) { return 1, nil }, 1)
 		time.Sleep(limSoft) // hot is stale
 
-		g := newLimGate(t)
-		cold := []<-chan limResult{
-			limGetAsync(t.Context(), c, "c0", g.load("c0", 10, true)),
-			limGetAsync(t.Context(), c, "c1", g.load("c1", 11, true)),
-		}
+		// c0 and c1 hold both slots, each until its own gate opens; c2 waits.
+		g0, g1 := newLimGate(t), newLimGate(t)
+		c0 := limGetAsync(t.Context(), c, "c0", g0.load("c0", 10, true))
+		c1 := limGetAsync(t.Context(), c, "c1", g1.load("c1", 11, true))
 		synctest.Wait()
-		queued := limGetAsync(t.Context(), c, "c2", g.load("c2", 12, false))
+		var c2Started atomic.Bool
+		queued := limGetAsync(t.Context(), c, "c2", func(context.Context) (int, error) {
+			c2Started.Store(true)
+			return 12, nil
+		})
 		synctest.Wait()
 		if l.InUse() != 2 || l.Waiting() != 1 {
 			t.Fatalf("limiter: %d in use, %d waiting; want 2 and 1", l.InUse(), l.Waiting())
 		}
 
 		var refreshes atomic.Int64
-		refresh := func(context.Context) (int, error) {
-			g.mu.Lock()
-			g.order = append(g.order, "hot")
-			g.mu.Unlock()
+		hotGate := make(chan struct{})
+		openHot := sync.OnceFunc(func() { close(hotGate) })
+		t.Cleanup(openHot)
+		refresh := func(ctx context.Context) (int, error) {
 			refreshes.Add(1)
-			return 2, nil
+			return 2, hold(ctx, hotGate)
 		}
 		// Reads until the middle of the stale window: shed, then backing off.
 		mid := time.Now().Add((limHard - limSoft) / 2)
@@ -256,18 +262,59 @@ func TestShedRefreshRetriedAtHighPriority(t *testing.T) {
 		if l.Waiting() != 2 {
 			t.Fatalf("%d calls waiting for a slot; want 2 (c2, and one refresh of hot)", l.Waiting())
 		}
-		g.open() // c0 and c1 finish: hot's refresh gets the first slot
-		for _, ch := range cold {
-			<-ch
+		g0.open() // c0 finishes: its slot goes to hot's refresh, not to c2
+		if r := <-c0; r.err != nil {
+			t.Fatalf("Get(c0): %v", r.err)
 		}
-		<-queued
 		synctest.Wait()
-		if got := g.started(); len(got) != 4 || got[2] != "hot" || got[3] != "c2" {
-			t.Errorf("loads started in order %v; want c0, c1, then hot ahead of the queued c2", got)
+		if n := refreshes.Load(); n != 1 || c2Started.Load() {
+			t.Errorf("after one slot was released: hot's refresh started %d times, c2 started %v; want 1, false", n, c2Started.Load())
+		}
+		openHot()
+		g1.open()
+		for _, ch := range []<-chan limResult{c1, queued} {
+			if r := <-ch; r.err != nil {
+				t.Errorf("cold Get: %v", r.err)
+			}
 		}
 		if n := refreshes.Load(); n != 1 {
 			t.Errorf("hot refreshed %d times; want 1", n)
 		}
 		mustGet(t, c, "hot", nil, 2)
+	})
+}
+
+// The replica whose refresh holds the lease makes no second attempt at it
+// while the refresh loads, though NearTTL has it re-read its copy from the
+// Store (a new entry, stale too) and stale reads of that copy go on.
+func TestFleetRefreshingReplicaAttemptsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a, acq := countingReplica(t, r, nil)
+		fleetMustGet(t, a, "k", fleetValue(1), 1)
+		synctest.Wait() // the write-back lands
+		time.Sleep(fleetSoft + time.Second)
+		acq.n.Store(0)
+
+		gate := make(chan struct{})
+		defer close(gate)
+		fleetMustGet(t, a, "k", func(ctx context.Context) (int, error) {
+			if err := hold(ctx, gate); err != nil {
+				return 0, err
+			}
+			return 2, nil
+		}, 1)
+		synctest.Wait()
+		for range 30 { // three NearTTLs of stale reads
+			time.Sleep(fleetNear / 10)
+			fleetMustGet(t, a, "k", fleetNoLoad(t, "A again"), 1)
+			synctest.Wait()
+		}
+		if n := acq.n.Load(); n != 1 {
+			t.Errorf("A made %d lease attempts during its own refresh; want 1", n)
+		}
+		if st := a.Stats(); st.Loads != 2 {
+			t.Errorf("A's Stats: Loads %d; want 2 (the first load and its one refresh)", st.Loads)
+		}
 	})
 }

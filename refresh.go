@@ -47,6 +47,9 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 // lease attempt; then the load, in a flight that misses of key join. A
 // refresh that finds a flight of key running leaves the load to it.
 func (c *Cache[V]) runRefresh(ctx context.Context, key string, load LoadFunc[V], old *entry[V]) {
+	if c.flights.Waiters(key) > 0 {
+		return // a load of key runs here already; its value replaces old
+	}
 	release, ok := c.refreshSlot(ctx, key, old)
 	if !ok {
 		return
