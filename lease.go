@@ -43,8 +43,10 @@ type attempt[V any] struct {
 
 // tryLease makes one attempt at key's lease: one round trip, whose answer is
 // the lease, a value fresh by both clocks (the Store's and after, Unix ns),
-// or how long another holder keeps it. A holder found is remembered, so that
-// this replica does not try again before its notice or its time. The error
+// or how long another holder keeps it. The holder, this replica or another,
+// is remembered, so that this replica does not try again before the lease
+// ends: the holder's notice, its time passing, or, when this replica holds
+// it, its own release. The error
 // is the caller's context ending; a remote failure is an outcome.
 func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attempt[V], error) {
 	g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, after))
@@ -62,6 +64,10 @@ func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attem
 	case g.Token != "":
 		c.st.leaseAcquired.add(1)
 		c.leaseEvent(LeaseAcquired, 0)
+		// Held here now: no other path of this replica tries it until the
+		// lease is ended (endLease forgets it).
+		now := c.clk.now()
+		c.gens.markHeld(key, addTime(now, c.cfg.LeaseTTL), now)
 		return attempt[V]{outcome: leaseGranted, grant: g}, nil
 	}
 	c.st.leaseContended.add(1)
@@ -207,6 +213,7 @@ func (c *Cache[V]) endLease(ctx context.Context, h *heldLease, env []byte, ttl t
 	c.goBackground(func() {
 		rctx, cancel := c.remoteCtx(ctx)
 		defer cancel()
+		defer c.gens.forgetHeld(h.key)
 		if env == nil {
 			c.remoteDone(rctx, c.cfg.Lease.Release(rctx, h.key, h.token))
 			return

@@ -9,16 +9,16 @@ import (
 )
 
 // refresh starts one background refresh of e, unless one is running, a
-// failed or shed one is backing off, or another replica was found holding
-// key's lease: then readers are served e until the holder's notice drops
-// it, the holder's time passes, or e's hard TTL is near.
+// failed or shed one is backing off, or key's lease is held, elsewhere or
+// by a load of this replica: then readers are served e until the lease
+// ends (the holder's notice, its time passing, or this replica's own
+// release) or e's hard TTL is near.
 func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e *entry[V], started *stripedCounter) {
 	now := c.clk.now()
 	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() {
 		return
 	}
 	if until, held := c.gens.held(key, now); held && until < e.hard-e.delta {
-		e.retryAt.Store(until)
 		return
 	}
 	load = c.loader(key, load)
@@ -134,9 +134,8 @@ func (c *Cache[V]) urgentSlot(ctx context.Context, l *limiter.Limiter, key strin
 // refreshLease is a refresh's one lease attempt, made before its flight. It
 // returns the lease taken (nil: none) and whether the refresh uses the
 // remote tier, or settled when the attempt ended the refresh: a newer value
-// was found and put in the local tier, or another replica holds the lease
-// and old backs off until that holder's time has passed (its notice, which
-// drops old, usually comes first).
+// was found and put in the local tier, or another holds the lease, and no
+// refresh of key starts until that lease ends.
 func (c *Cache[V]) refreshLease(ctx context.Context, key string, old *entry[V]) (held *heldLease, remoteUp, settled bool) {
 	switch {
 	case c.cfg.Store == nil:
@@ -160,7 +159,7 @@ func (c *Cache[V]) refreshLease(ctx context.Context, key string, old *entry[V]) 
 		c.setLocal(key, a.e, gen)
 		return nil, false, true
 	case leaseHeld:
-		c.backOff(old, time.Duration(a.until-now))
+		c.backOff(old, 0) // and tryLease remembered the holder
 		return nil, false, true
 	case leaseUndecodable:
 		return nil, true, false // load, and overwrite it unfenced
