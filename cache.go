@@ -13,7 +13,6 @@ import (
 
 	"github.com/herdcache/herd/flight"
 	"github.com/herdcache/herd/internal/topk"
-	"github.com/herdcache/herd/xfetch"
 )
 
 // LoadFunc loads the value of one key from the backing store. Its context
@@ -56,8 +55,10 @@ type Cache[V any] struct {
 	// put before it are re-read from the Store before being served as fresh.
 	trustFloor atomic.Int64
 
-	// draw returns a uniform number in (0, 1] for XFetch, and jitterDraw one in
-	// [0, 1) for TTL jitter; tests replace them for determinism.
+	// draw, when not nil, returns the uniform number in (0, 1] that decides
+	// a value's early refresh instead of the one derived from the value
+	// itself, and jitterDraw one in [0, 1) for TTL jitter; tests replace
+	// them for determinism.
 	draw       func() float64
 	jitterDraw func() float64
 
@@ -84,7 +85,6 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	c := &Cache[V]{
 		cfg:        cfg,
 		clk:        newClock(),
-		draw:       xfetch.U,
 		jitterDraw: rand.Float64,
 	}
 	c.flights.Timeout = cfg.LoadTimeout
@@ -209,7 +209,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 		if now < e.hard && c.trusted(e, now) {
 			if now < e.soft {
 				c.got(key, ResultHit)
-				if c.cfg.Beta > 0 && xfetch.Decide(now, e.soft, e.delta, c.cfg.Beta, c.draw) {
+				if now >= e.soft-e.lead {
 					c.refresh(ctx, key, load, e, &c.st.earlyRefreshes)
 				}
 				return c.served(e)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/xfetch"
 )
 
 // entry is one value in the local tier. Its fields are written before the
@@ -23,7 +24,10 @@ type entry[V any] struct {
 	// born is when the entry was put in the local tier (Unix nanoseconds).
 	born int64
 	// delta is the measured duration of the load that made the value.
-	delta    int64
+	delta int64
+	// lead is how long before soft a hit starts an early refresh (ns),
+	// decided once for the value by setLead; zero: never.
+	lead     int64
 	negative bool
 	// uncached marks a value its load asked not to cache: it is handed to the
 	// flight's callers and never stored.
@@ -58,7 +62,7 @@ func (e *entry[V]) stale(now int64) bool { return !e.uncached && now >= e.soft }
 // midStale is the middle of e's stale window (Unix nanoseconds).
 func (e *entry[V]) midStale() int64 { return e.soft + (e.hard-e.soft)/2 }
 
-func (c *Cache[V]) decode(env []byte) (*entry[V], bool) {
+func (c *Cache[V]) decode(key string, env []byte) (*entry[V], bool) {
 	ev, err := envelope.Decode(env)
 	if err != nil {
 		c.st.decodeErrors.add(1)
@@ -82,6 +86,7 @@ func (c *Cache[V]) decode(env []byte) (*entry[V], bool) {
 	if c.cfg.NearTTL > 0 {
 		e.near = addTime(c.clk.now(), c.cfg.NearTTL)
 	}
+	c.setLead(key, e)
 	return e, true
 }
 
@@ -293,4 +298,35 @@ func (g *generations) forgetAllHeld() {
 		clear(s.heldUntil)
 		s.mu.Unlock()
 	}
+}
+
+// setLead decides, once for the value, when e's early refresh starts:
+// xfetch.Lead before its soft expiry, from a draw that every replica
+// derives alike from the key and the soft expiry the Store holds (to the
+// millisecond), so that they agree on the instant and keys written
+// together spread their refreshes.
+func (c *Cache[V]) setLead(key string, e *entry[V]) {
+	if c.cfg.Beta <= 0 || e.uncached {
+		return
+	}
+	var u float64
+	if c.draw != nil {
+		u = c.draw()
+	} else {
+		u = xfetch.UOf(valueHash(key, e.soft/int64(time.Millisecond)))
+	}
+	e.lead = int64(xfetch.Lead(time.Duration(e.delta), c.cfg.Beta, xfetch.DefaultMargin, u))
+}
+
+// valueHash hashes key and a value's soft expiry in milliseconds: FNV-1a,
+// then a 64-bit finaliser so that every bit of the result depends on both.
+func valueHash(key string, softMs int64) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * 1099511628211
+	}
+	h ^= uint64(softMs)
+	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
+	h = (h ^ h>>27) * 0x94d049bb133111eb
+	return h ^ h>>31
 }

@@ -57,7 +57,7 @@ func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attem
 	case err != nil:
 		return attempt[V]{outcome: leaseFailed}, nil
 	case g.Value != nil:
-		if e, ok := c.decode(g.Value); ok {
+		if e, ok := c.decode(key, g.Value); ok {
 			return attempt[V]{outcome: leaseFound, e: e}, nil
 		}
 		return attempt[V]{outcome: leaseUndecodable}, nil

@@ -356,6 +356,7 @@ func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held 
 	}
 	soft, hard = c.cfg.jitter.Pair(soft, hard, c.jitterDraw())
 	e.soft, e.hard = addTime(now, soft), addTime(now, hard)
+	c.setLead(f.key, e)
 	c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
 	return e, nil
 }
@@ -393,7 +394,7 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	case env == nil:
 		r.gone = true
 	default:
-		r.e, _ = c.decode(env)
+		r.e, _ = c.decode(key, env)
 	}
 	return r
 }

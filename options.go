@@ -68,10 +68,16 @@ type Options[V any] struct {
 	// Jitter spreads expiries: each write moves both TTLs by one offset drawn
 	// uniformly from ±Jitter×SoftTTL. It must lie in [0, 1); zero means off.
 	Jitter float64
-	// Beta scales XFetch early refresh: a read before the soft expiry
-	// refreshes in the background with probability exp(-gap/(delta×Beta)),
-	// where gap is the time left and delta the measured duration of the
-	// value's last load. Zero means off; it must not be negative.
+	// Beta scales XFetch early refresh. Each value's refresh starts
+	// delta×(1.2 + Beta×E) before its soft expiry, where delta is the
+	// measured duration of the load that made it and E is drawn once for
+	// the value from an exponential distribution with mean 1 (the xfetch
+	// package's Lead); the first read after that instant refreshes it in
+	// the background. Every replica derives the same E from the value, so
+	// how early a value is refreshed depends neither on how often it is read
+	// nor on how many replicas read it: about 1.2 loads per TTL for a load
+	// an eighth of the TTL, at Beta 1. Zero means off; it must not be
+	// negative.
 	Beta float64
 
 	// NegativeTTL is how long a load's [ErrNotFound] is remembered. Zero means

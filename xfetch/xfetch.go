@@ -1,6 +1,21 @@
 // Package xfetch decides when a cache entry should be refreshed before it
 // expires, with the probabilistic early expiration of Vattani, Chierichetti
 // and Lowenstein, "Optimal Probabilistic Cache Stampede Prevention" (VLDB 2015).
+//
+// The paper draws once per read: [Decide] and [Refresh] are that rule. Its
+// chance that some read refreshes early grows with the number of reads, so
+// at a high read rate the refresh starts about delta·beta·ln(rate·delta·beta)
+// before expiry, and a hot key is reloaded several times per TTL for
+// nothing. [Lead] decides once per value instead, so that how early a value
+// is refreshed does not depend on how often it is read: the refresh starts
+// delta·(1+margin) + delta·beta·E before expiry, with E exponentially
+// distributed. The floor delta·(1+margin) makes the refresh finish before
+// expiry whenever the next load takes no longer than the last did (plus the
+// margin), which a single draw alone would miss 63% of the time at beta 1;
+// the draw above it spreads the refreshes of values written together, and
+// beta still trades loads for safety. Every replica derives the same E from
+// what it knows of the value ([UOf] of a hash of it), so they agree on the
+// instant and the first read after it, on any replica, starts the refresh.
 package xfetch
 
 import (
@@ -144,4 +159,49 @@ func gapNano(now, expiry int64) int64 {
 		return math.MaxInt64
 	}
 	return gap
+}
+
+// DefaultMargin is the margin [Lead] is usually given: a fifth of delta, for
+// the gap between reads, the lease's round trip and the write that follow a
+// refresh's start.
+const DefaultMargin = 0.2
+
+// Lead returns how long before its expiry a value that took delta to
+// compute should start its refresh, decided once for the value:
+// delta·(1+margin) + delta·beta·(−ln u), for u uniform on (0, 1]. Over
+// values, −ln u is exponentially distributed with mean 1, so the mean lead
+// is delta·(1+margin+beta). A beta or delta of zero disables early refresh
+// (Lead is 0), as do a negative or NaN beta, a negative delta, and a
+// negative or NaN margin counts as 0. A u of 0 or below counts as the
+// smallest draw of [U]; one above 1, or NaN, as 1. The result saturates at
+// the longest Duration.
+func Lead(delta time.Duration, beta, margin, u float64) time.Duration {
+	scale, ok := scaleOf(int64(delta), beta)
+	if !ok {
+		return 0
+	}
+	if !(margin > 0) {
+		margin = 0
+	}
+	switch {
+	case u <= 0:
+		u = minU
+	case u > 1 || math.IsNaN(u):
+		u = 1
+	}
+	lead := float64(delta)*(1+margin) + scale*-math.Log(u)
+	if !(lead < math.MaxInt64) {
+		return math.MaxInt64
+	}
+	return time.Duration(lead)
+}
+
+// minU is the smallest value [U] returns, 2^-53.
+const minU = 1.0 / (1 << 53)
+
+// UOf maps a 64-bit hash to a number uniform on (0, 1], as [U] draws: the
+// same hash gives the same number, so replicas that hash the same facts of
+// a value agree on its draw.
+func UOf(h uint64) float64 {
+	return float64(h>>11+1) * minU
 }

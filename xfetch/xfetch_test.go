@@ -353,3 +353,88 @@ func BenchmarkRefreshWithU(b *testing.B) {
 		}
 	})
 }
+
+func TestLead(t *testing.T) {
+	const d = 250 * time.Millisecond
+	for _, tt := range []struct {
+		name         string
+		delta        time.Duration
+		beta, margin float64
+		u            float64
+		want         time.Duration
+	}{
+		{"u 1: the floor alone", d, 1, 0.2, 1, 300 * time.Millisecond},
+		{"u 1/e: floor plus delta·beta", d, 1, 0.2, 1 / math.E, 550 * time.Millisecond},
+		{"beta 2 doubles the draw's part", d, 2, 0.2, 1 / math.E, 800 * time.Millisecond},
+		{"no margin", d, 1, 0, 1, d},
+		{"negative margin counts as 0", d, 1, -1, 1, d},
+		{"NaN margin counts as 0", d, 1, math.NaN(), 1, d},
+		{"u above 1 counts as 1", d, 1, 0.2, 7, 300 * time.Millisecond},
+		{"NaN u counts as 1", d, 1, 0.2, math.NaN(), 300 * time.Millisecond},
+		{"beta 0: off", d, 0, 0.2, 0.5, 0},
+		{"NaN beta: off", d, math.NaN(), 0.2, 0.5, 0},
+		{"negative beta: off", d, -1, 0.2, 0.5, 0},
+		{"delta 0: off", 0, 1, 0.2, 0.5, 0},
+		{"negative delta: off", -d, 1, 0.2, 0.5, 0},
+		{"infinite beta saturates", d, math.Inf(1), 0.2, 0.5, math.MaxInt64},
+		{"huge delta saturates", math.MaxInt64, 1e3, 0.2, 0.5, math.MaxInt64},
+	} {
+		got := Lead(tt.delta, tt.beta, tt.margin, tt.u)
+		if diff := got - tt.want; diff < -time.Microsecond || diff > time.Microsecond {
+			t.Errorf("%s: Lead(%v, %v, %v, %v) = %v, want %v", tt.name, tt.delta, tt.beta, tt.margin, tt.u, got, tt.want)
+		}
+	}
+	// u at or below 0 is the smallest draw of U: finite, and the longest lead
+	// U can give.
+	if got, want := Lead(d, 1, 0.2, 0), Lead(d, 1, 0.2, minU); got != want || got <= 0 {
+		t.Errorf("Lead(u 0) = %v, want Lead(u 2^-53) = %v", got, want)
+	}
+}
+
+// Over uniform draws the lead's mean is delta·(1+margin+beta), and it is
+// never below the floor delta·(1+margin).
+func TestLeadDistribution(t *testing.T) {
+	const (
+		n     = 200_000
+		delta = time.Second
+		beta  = 1.5
+		m     = DefaultMargin
+	)
+	rng := rand.New(rand.NewPCG(5, 6))
+	floor := time.Duration(float64(delta) * (1 + m))
+	var sum float64
+	for range n {
+		l := Lead(delta, beta, m, unit(rng.Float64()))
+		if l < floor {
+			t.Fatalf("Lead = %v, below the floor %v", l, floor)
+		}
+		sum += l.Seconds()
+	}
+	if mean, want := sum/n, 1+m+beta; math.Abs(mean-want) > 0.01*want {
+		t.Errorf("mean lead %.4fs, want %.4fs within 1%%", mean, want)
+	}
+}
+
+func TestUOf(t *testing.T) {
+	for _, h := range []uint64{0, 1, 1 << 11, math.MaxUint64} {
+		if u := UOf(h); !(u > 0 && u <= 1) {
+			t.Errorf("UOf(%#x) = %v, want it in (0, 1]", h, u)
+		}
+	}
+	if UOf(0) != minU || UOf(math.MaxUint64) != 1 {
+		t.Errorf("UOf(0) = %v, UOf(max) = %v; want 2^-53 and 1", UOf(0), UOf(math.MaxUint64))
+	}
+	// Uniform hashes give uniform numbers: ten equal bins within 5% (over 5
+	// standard deviations).
+	const n = 100_000
+	rng := rand.New(rand.NewPCG(7, 8))
+	var bins [10]int
+	for range n {
+		bins[min(int(UOf(rng.Uint64())*10), 9)]++
+	}
+	for i, b := range bins {
+		if b < n/10*95/100 || b > n/10*105/100 {
+			t.Errorf("bin %d holds %d of %d, want %d within 5%%", i, b, n, n/10)
+		}
+	}
+}
