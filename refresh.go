@@ -9,10 +9,10 @@ import (
 )
 
 // refresh starts one background refresh of e, unless one is running, a
-// failed or shed one is backing off, or key's lease is held, elsewhere or
-// by a load of this replica: then readers are served e until the lease
-// ends (the holder's notice, its time passing, or this replica's own
-// release) or e's hard TTL is near.
+// failed or shed one is backing off, a load of key runs in this process,
+// or key's lease is held, elsewhere or by a load of this replica: then
+// readers are served e until the lease ends (the holder's notice, its time
+// passing, or this replica's own release) or e's hard TTL is near.
 func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e *entry[V], started *stripedCounter) {
 	now := c.clk.now()
 	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() {
@@ -20,6 +20,9 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 	}
 	if until, held := c.gens.held(key, now); held && until < e.hard-e.delta {
 		return
+	}
+	if c.flights.Waiters(key) > 0 {
+		return // a load of key runs here already; its value replaces e
 	}
 	load = c.loader(key, load)
 	if load == nil || !e.refreshing.CompareAndSwap(false, true) {
@@ -47,9 +50,6 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 // lease attempt; then the load, in a flight that misses of key join. A
 // refresh that finds a flight of key running leaves the load to it.
 func (c *Cache[V]) runRefresh(ctx context.Context, key string, load LoadFunc[V], old *entry[V]) {
-	if c.flights.Waiters(key) > 0 {
-		return // a load of key runs here already; its value replaces old
-	}
 	release, ok := c.refreshSlot(ctx, key, old)
 	if !ok {
 		return
