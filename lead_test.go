@@ -11,7 +11,8 @@ import (
 // expiry, on any replica, and spreads evenly over keys written at one
 // instant and over one key's successive values.
 func TestValueHashDraws(t *testing.T) {
-	if valueHash("k", 1234) != valueHash("k", 1234) {
+	key, same := "user:1", string([]byte("user:1"))
+	if valueHash(key, 1234) != valueHash(same, 1234) {
 		t.Fatal("valueHash is not a function of its inputs")
 	}
 	const n = 100_000

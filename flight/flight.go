@@ -164,7 +164,7 @@ type ctxDone struct {
 // true for every caller that joined a flight another caller started, and
 // true for the caller that started the flight when anyone joined it.
 func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V, error)) (v V, err error, shared bool) {
-	v, err, shared, _ = g.do(ctx, key, fn, join)
+	v, shared, _, err = g.do(ctx, key, fn, join)
 	return v, err, shared
 }
 
@@ -173,7 +173,7 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 // false and without joining it. Otherwise it starts a flight, which later
 // callers of Do join, and waits for it as Do does.
 func (g *Group[K, V]) TryDo(ctx context.Context, key K, fn func(context.Context) (V, error)) (v V, err error, started bool) {
-	v, err, _, started = g.do(ctx, key, fn, try)
+	v, _, started, err = g.do(ctx, key, fn, try)
 	return v, err, started
 }
 
@@ -182,7 +182,7 @@ func (g *Group[K, V]) TryDo(ctx context.Context, key K, fn func(context.Context)
 // no caller of key waits for it and it waits for no one. [Group.InFlight]
 // does not count it.
 func (g *Group[K, V]) DoUnshared(ctx context.Context, key K, fn func(context.Context) (V, error)) (V, error) {
-	v, err, _, _ := g.do(ctx, key, fn, alone)
+	v, _, _, err := g.do(ctx, key, fn, alone)
 	return v, err
 }
 
@@ -195,17 +195,17 @@ const (
 	alone                 // ignore it and run a flight of its own, unshared (DoUnshared)
 )
 
-func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V, error), mode joinMode) (v V, err error, shared, started bool) {
+func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V, error), mode joinMode) (v V, shared, started bool, err error) {
 	if ctx == nil {
-		return v, errNilContext, false, false
+		return v, false, false, errNilContext
 	}
 	if fn == nil {
-		return v, errNilFunc, false, false
+		return v, false, false, errNilFunc
 	}
 	timeout := g.Timeout
 	if timeout <= 0 {
 		if timeout < 0 {
-			return v, errNegativeTimeout, false, false
+			return v, false, false, errNegativeTimeout
 		}
 		timeout = DefaultTimeout
 	}
@@ -213,7 +213,7 @@ func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V
 	if done != nil {
 		select {
 		case <-done:
-			return v, waitError(ctx), false, false
+			return v, false, false, waitError(ctx)
 		default:
 		}
 	}
@@ -221,10 +221,10 @@ func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V
 	if c, ok := g.m[key]; ok && mode != alone {
 		if mode == try {
 			g.mu.Unlock()
-			return v, nil, false, false
+			return v, false, false, nil
 		}
 		v, err, shared = g.join(ctx, done, c, key)
-		return v, err, shared, false
+		return v, shared, false, err
 	}
 	if g.m == nil {
 		g.m = make(map[K]*call[V])
@@ -255,12 +255,12 @@ func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V
 		// never leave: it runs fn itself.
 		c.parent = ctx
 		g.run(c, key, fn)
-		return c.val, c.err, c.joins > 0, true
+		return c.val, c.joins > 0, true, c.err
 	}
 	c.parent = context.WithoutCancel(ctx)
 	go g.run(c, key, fn)
 	v, err, shared = g.wait(ctx, done, c, key, false)
-	return v, err, shared, true
+	return v, shared, true, err
 }
 
 // join adds a caller to the running flight c and waits for its result. g.mu
