@@ -71,7 +71,7 @@ func TestFleetOneLeaseAttemptWhileHeld(t *testing.T) {
 		if res := <-resA; res.err != nil || res.v != 2 {
 			t.Fatalf("A got %d, %v; want 2, nil", res.v, res.err)
 		}
-		synctest.Wait() // the notice reaches B
+		fleetNoticed(t, b, "k")
 		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 2)
 		if n := acq.n.Load(); n != 1 {
 			t.Errorf("B made %d lease attempts in all; want 1", n)

@@ -206,7 +206,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 	}
 	if e, ok := c.local.GetIfPresent(key); ok {
 		now := c.clk.now()
-		if now < e.hard && c.trusted(e, now) {
+		if now < e.hard && c.servable(ctx, key, e, now) {
 			if now < e.soft {
 				c.got(key, ResultHit)
 				if now >= e.soft-e.lead {
@@ -229,7 +229,23 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 // been missed since it was put, or the breaker is open and not yet due for a
 // probe (a due probe goes through the flight, which the other readers join).
 func (c *Cache[V]) trusted(e *entry[V], now int64) bool {
-	return c.cfg.Store == nil || now < e.near && e.born > c.trustFloor.Load() || c.brk.open() && !c.brk.probeDue()
+	return c.cfg.Store == nil || now < e.near && e.born > c.trustFloor.Load() && !e.superseded.Load() || c.brk.open() && !c.brk.probeDue()
+}
+
+// servable reports whether a reader may be served a local entry without
+// waiting on the Store: it is trusted, or it is a copy past NearTTL, or
+// superseded by a notice, that is younger than 2×NearTTL and put after the
+// trust floor while the breaker is closed. Such a copy is served while one
+// read of the Store replaces it in the background (revalidate).
+func (c *Cache[V]) servable(ctx context.Context, key string, e *entry[V], now int64) bool {
+	if c.trusted(e, now) {
+		return true
+	}
+	if c.cfg.NearTTL == 0 || now >= addTime(e.near, c.cfg.NearTTL) || e.born <= c.trustFloor.Load() || c.brk.open() {
+		return false
+	}
+	c.revalidate(ctx, key, e)
+	return true
 }
 
 // remoteDone records the outcome of a remote call for the breaker and the stats.
@@ -273,17 +289,24 @@ func (c *Cache[V]) loader(key string, load LoadFunc[V]) LoadFunc[V] {
 	return func(ctx context.Context) (V, error) { return c.cfg.Load(ctx, key) }
 }
 
-// noticed handles a change notice from another replica: ("", 0) means
-// notices may have been lost.
-func (c *Cache[V]) noticed(key string, fence uint64) {
-	if key == "" && fence == 0 {
+// noticed handles a change notice from another replica: the zero Notice
+// means notices may have been lost. A local copy older than the change is
+// dropped when the change deleted the value, and otherwise marked
+// superseded: served while one read of the Store replaces it.
+func (c *Cache[V]) noticed(n Notice) {
+	if n.Fence == 0 {
 		c.trustFloor.Store(c.clk.now())
 		c.gens.forgetAllHeld()
 		return
 	}
-	c.gens.forgetHeld(key)
-	if e, ok := c.local.GetIfPresent(key); ok && e.fence.Load() < fence {
-		c.local.Invalidate(key)
+	c.gens.forgetHeld(n.Key)
+	e, ok := c.local.GetIfPresent(n.Key)
+	switch {
+	case !ok || e.fence.Load() >= n.Fence:
+	case n.Dropped:
+		c.unpublish(n.Key, e)
+	default:
+		e.superseded.Store(true)
 	}
 }
 

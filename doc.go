@@ -32,10 +32,14 @@
 //     Store, and the release of its lease, follow in the background, bounded
 //     by LoadTimeout. A write that the fence refuses drops the copy the load
 //     put in the local tier. Close waits for pending writes.
-//   - Other replicas drop their local copy when the change notice reaches
-//     them; since notices can be lost, a replica may serve its old copy for
-//     at most [Options.NearTTL] after the change (plus, if that copy is
-//     stale, the stale window below).
+//   - Other replicas drop their local copy when an Invalidate's notice
+//     reaches them. On a write's notice (a load's write-back or a Set) they
+//     go on serving their copy while one read of the Store replaces it, so
+//     for about one round trip more. Since notices can be lost, a replica may
+//     serve its old copy for at most 2×[Options.NearTTL] after the change
+//     (plus, if that copy is stale, the stale window below): past NearTTL a
+//     copy is served while one background read replaces it, and past
+//     2×NearTTL it is read again on the reader's path.
 //   - Between the soft and the hard TTL a value is stale: Get returns it at
 //     once and one background refresh runs (stale-while-revalidate); if that
 //     refresh fails the stale value goes on being served until the hard TTL

@@ -43,6 +43,12 @@ type entry[V any] struct {
 	// shed is set once the limiter shed a refresh of this entry: from half
 	// of its stale window on, its refresh waits for a slot at High priority.
 	shed atomic.Bool
+	// superseded is set when a notice announced a newer write of the key:
+	// the entry is served while one read of the Store replaces it.
+	superseded atomic.Bool
+	// revalidating is set by the reader that starts the one background read
+	// that replaces this entry (see revalidate).
+	revalidating atomic.Bool
 	// fence is the remote fence the value was written under; zero until its
 	// write-back, made in the background, reports it, and when it never
 	// reached a Store.

@@ -106,6 +106,18 @@ func fleetMustGet(t *testing.T, c *herd.Cache[int], key string, load herd.LoadFu
 	}
 }
 
+// fleetNoticed lets a write's notice reach c and the one background read it
+// leads to replace c's copy of key: the first read after the notice is
+// served the superseded copy and starts that read.
+func fleetNoticed(t *testing.T, c *herd.Cache[int], key string) {
+	t.Helper()
+	synctest.Wait() // the notice arrives
+	if _, err := c.Get(t.Context(), key, fleetNoLoad(t, "a read after a notice")); err != nil {
+		t.Fatalf("Get(%q) after a notice: %v", key, err)
+	}
+	synctest.Wait() // the background read replaces the copy
+}
+
 // fleetValue returns a load that returns v.
 func fleetValue(v int) herd.LoadFunc[int] {
 	return func(context.Context) (int, error) { return v, nil }
@@ -287,7 +299,7 @@ func TestFleetLoserServeStaleWithStaleValue(t *testing.T) {
 		if res := <-resA; res.err != nil || res.v != 2 {
 			t.Fatalf("A got %d, %v; want 2, nil", res.v, res.err)
 		}
-		synctest.Wait() // the change notice reaches B
+		fleetNoticed(t, b, "k")
 		fleetMustGet(t, b, "k", nil, 2)
 	})
 }
@@ -557,8 +569,15 @@ func TestFleetNearCacheDropsOnNotice(t *testing.T) {
 			if err := a.Set(t.Context(), "k", 2); err != nil {
 				t.Fatal(err)
 			}
-			synctest.Wait() // no time passes: only the notice can drop B's copy
+			// No time passes: only the notice can replace B's copy. B serves
+			// it while one read of the Store replaces it.
+			synctest.Wait()
+			fleetMustGet(t, b, "k", nil, 1)
+			synctest.Wait()
 			fleetMustGet(t, b, "k", nil, 2)
+			if st := b.Stats(); st.Revalidations != 1 || st.RemoteWaits != 1 {
+				t.Errorf("B's Stats: Revalidations %d, RemoteWaits %d; want 1 (the notice) and 1 (the first read)", st.Revalidations, st.RemoteWaits)
+			}
 		})
 	})
 	t.Run("Invalidate", func(t *testing.T) {
@@ -571,7 +590,7 @@ func TestFleetNearCacheDropsOnNotice(t *testing.T) {
 			if err := a.Invalidate(t.Context(), "k"); err != nil {
 				t.Fatal(err)
 			}
-			synctest.Wait()
+			synctest.Wait() // an Invalidate's notice drops B's copy at once
 			fleetMustGet(t, b, "k", fleetValue(3), 3)
 		})
 	})
@@ -581,7 +600,7 @@ func TestFleetNearCacheDropsOnNotice(t *testing.T) {
 // replica over it misses every change notice.
 type fleetDeaf struct{ herd.Store }
 
-func TestFleetNearCacheLostNoticeBoundedByNearTTL(t *testing.T) {
+func TestFleetNearCacheLostNoticeBoundedByTwiceNearTTL(t *testing.T) {
 	const near = 5 * time.Second
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
@@ -605,8 +624,64 @@ func TestFleetNearCacheLostNoticeBoundedByNearTTL(t *testing.T) {
 		time.Sleep(time.Until(read.Add(near - 1)))
 		fleetMustGet(t, b, "k", nil, 1) // trusted until NearTTL has passed
 		time.Sleep(time.Nanosecond)
-		fleetMustGet(t, b, "k", nil, 2) // then B asks the Store again
+		// Past NearTTL the copy is served once more while one read of the
+		// Store replaces it in the background: no reader waits.
+		fleetMustGet(t, b, "k", nil, 1)
+		synctest.Wait()
+		fleetMustGet(t, b, "k", nil, 2)
+		if st := b.Stats(); st.RemoteWaits != 1 || st.Revalidations != 1 {
+			t.Errorf("B's Stats: RemoteWaits %d, Revalidations %d; want 1 (its first read) and 1", st.RemoteWaits, st.Revalidations)
+		}
 	})
+}
+
+// A copy that nothing revalidates (the Store fails, so the background read
+// does) is served until it is 2×NearTTL old, and then re-read on the
+// reader's path: the staleness bound after a lost notice.
+func TestFleetNearCacheReReadAtTwiceNearTTL(t *testing.T) {
+	const near = 3 * time.Second // 2×near < fleetSoft: every value read is fresh
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		flaky := &fleetFlaky{Store: r}
+		a := fleetReplica(t, r, func(o *herd.Options[int]) { o.NearTTL = near })
+		b := fleetReplica(t, r, func(o *herd.Options[int]) {
+			o.Store, o.Lease = flaky, nil
+			o.NearTTL = near
+		})
+		fleetMustGet(t, a, "k", fleetValue(1), 1)
+		synctest.Wait() // A's write lands
+		fleetMustGet(t, b, "k", nil, 1)
+		read := time.Now()
+		if err := a.Set(t.Context(), "k", 2); err != nil {
+			t.Fatal(err)
+		}
+		flaky.failing.Store(true)
+		time.Sleep(time.Until(read.Add(near)))
+		fleetMustGet(t, b, "k", nil, 1) // past NearTTL: served, and its revalidation fails
+		synctest.Wait()
+		time.Sleep(time.Until(read.Add(2*near - 1)))
+		fleetMustGet(t, b, "k", nil, 1) // not revalidated again
+		flaky.failing.Store(false)
+		time.Sleep(time.Nanosecond)
+		fleetMustGet(t, b, "k", nil, 2) // 2×NearTTL old: read on the reader's path
+		if st := b.Stats(); st.Revalidations != 1 || st.RemoteWaits != 2 {
+			t.Errorf("B's Stats: Revalidations %d, RemoteWaits %d; want 1 and 2", st.Revalidations, st.RemoteWaits)
+		}
+	})
+}
+
+// fleetFlaky is a Store whose Loads fail while failing is set; it hides the
+// Notifier of the Store it wraps.
+type fleetFlaky struct {
+	herd.Store
+	failing atomic.Bool
+}
+
+func (f *fleetFlaky) Load(ctx context.Context, key string) ([]byte, error) {
+	if f.failing.Load() {
+		return nil, errors.New("flaky: load failed")
+	}
+	return f.Store.Load(ctx, key)
 }
 
 func TestFleetNearTTLZeroReadsStoreEveryTime(t *testing.T) {
@@ -946,7 +1021,7 @@ func TestFleetBackgroundRefreshGivesUpOnHeldLease(t *testing.T) {
 				}
 
 				release()
-				synctest.Wait()
+				fleetNoticed(t, b, "k")
 				fleetMustGet(t, b, "k", nil, 2)
 			})
 		})

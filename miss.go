@@ -103,22 +103,11 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, co callOpts) (*en
 		return nil, remoteRead[V]{} // a half-open breaker's probe is made inside the flight
 	}
 	r, err, _ := c.reads.Do(ctx, key, func(rctx context.Context) (remoteRead[V], error) {
-		// A caller that missed the local tier just before the last shared
-		// read put its value there starts a read of its own: re-check first.
-		if e, ok := c.local.GetIfPresent(key); ok {
-			if now := c.clk.now(); now < e.hard && c.trusted(e, now) {
-				r := remoteRead[V]{done: true, local: true, e: e}
-				r.gen, r.puts = c.gens.get(key)
-				return r, nil
-			}
-		}
-		r := c.loadRemote(rctx, key)
-		if r.e != nil && c.clk.now() < r.e.hard {
-			c.setLocal(key, r.e, r.gen)
-			_, r.puts = c.gens.get(key) // the read is as new as its own put
-		}
-		return r, nil
+		return c.sharedRead(rctx, key), nil
 	})
+	if err != nil || !r.local {
+		c.st.remoteWaits.add(1)
+	}
 	if err != nil {
 		return nil, remoteRead[V]{} // this caller's ctx ended: the flight reads again, or the caller leaves
 	}
@@ -129,6 +118,47 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, co callOpts) (*en
 		}
 	}
 	return nil, r
+}
+
+// sharedRead is the read of key that readShared and revalidate share: a
+// value found is put in the local tier. A caller that missed the local tier
+// just before the last shared read put its value there would start a read
+// of its own: it re-checks the local tier first.
+func (c *Cache[V]) sharedRead(ctx context.Context, key string) remoteRead[V] {
+	if e, ok := c.local.GetIfPresent(key); ok {
+		if now := c.clk.now(); now < e.hard && c.trusted(e, now) {
+			r := remoteRead[V]{done: true, local: true, e: e}
+			r.gen, r.puts = c.gens.get(key)
+			return r
+		}
+	}
+	r := c.loadRemote(ctx, key)
+	if r.e != nil && c.clk.now() < r.e.hard {
+		c.setLocal(key, r.e, r.gen)
+		_, r.puts = c.gens.get(key) // the read is as new as its own put
+	}
+	return r
+}
+
+// revalidate replaces e, a copy of key served past NearTTL or superseded by
+// a notice, with what the Store holds: one read in the background per copy,
+// shared with any read of key on the reader's path. When the Store no
+// longer holds a usable value, e is dropped; when the read fails, e is not
+// revalidated again, and readers re-read once it is 2×NearTTL old.
+func (c *Cache[V]) revalidate(ctx context.Context, key string, e *entry[V]) {
+	if c.closed.Load() || !e.revalidating.CompareAndSwap(false, true) {
+		return
+	}
+	bctx := context.WithoutCancel(ctx)
+	c.goBackground(func() {
+		r, _, _ := c.reads.Do(bctx, key, func(rctx context.Context) (remoteRead[V], error) {
+			return c.sharedRead(rctx, key), nil
+		})
+		c.st.revalidations.add(1)
+		if r.err == nil && r.e == nil {
+			c.unpublish(key, e) // gone, or undecodable: the next read misses
+		}
+	})
 }
 
 // fly runs fn in key's flight, or alone under DisableCoalescing: every load

@@ -111,10 +111,13 @@ type Options[V any] struct {
 	// Store is the remote tier shared by replicas. Nil means this process is
 	// the whole fleet: the local tier is the only tier.
 	Store Store
-	// NearTTL is, with a Store, how long a local copy is trusted before the
-	// next read asks the Store again; it bounds how stale a replica can be
-	// after another replica's Set or Invalidate when a change notice is lost.
-	// Zero means no near-cache: every read goes to the Store.
+	// NearTTL is, with a Store, how long a local copy is trusted as it is.
+	// Past NearTTL, and until it is 2×NearTTL old, the copy is still served
+	// at once while one read of the Store replaces it in the background;
+	// older copies are read again on the reader's path. 2×NearTTL bounds how
+	// stale a replica can be after another replica's Set or Invalidate when
+	// a change notice is lost. Zero means no near-cache: every read goes to
+	// the Store.
 	NearTTL time.Duration
 
 	// Lease makes a miss load once per fleet instead of once per replica, and

@@ -15,8 +15,8 @@ import (
 // passing, or this replica's own release) or e's hard TTL is near.
 func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e *entry[V], started *stripedCounter) {
 	now := c.clk.now()
-	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() {
-		return
+	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() || e.superseded.Load() {
+		return // superseded: the read that replaces e brings the newer value
 	}
 	if until, held := c.gens.held(key, now); held && until < e.hard-e.delta {
 		return

@@ -94,14 +94,28 @@ type Grant struct {
 }
 
 // Notifier is implemented by remote tiers that tell each replica when another
-// one changed a key, so that it can drop its local copy before NearTTL ends.
-// Notices can be lost; NearTTL bounds the staleness that follows.
+// one changed a key, so that it can replace or drop its local copy before
+// NearTTL ends. Notices can be lost; NearTTL bounds the staleness that
+// follows.
 type Notifier interface {
-	// Subscribe calls fn, on one goroutine, with each key that any replica
-	// wrote, set or invalidated and the fence of that change (at least 1),
-	// until stop is called. A replica drops its local copy of key when the
-	// copy's fence is older. ("", 0) means any key may have changed (a notice
-	// may have been missed): drop everything. ("", f) with f ≥ 1 is a change
-	// of the empty key.
-	Subscribe(fn func(key string, fence uint64)) (stop func())
+	// Subscribe calls fn, on one goroutine, with each change any replica
+	// made to a key (a write, a Set or an Invalidate), until stop is called.
+	// A replica whose local copy of the key is older than the notice's fence
+	// drops it on a Dropped notice, and otherwise serves it while one read of
+	// the Store replaces it. The zero Notice means any key may have changed
+	// (a notice may have been missed): trust nothing held so far.
+	Subscribe(fn func(Notice)) (stop func())
+}
+
+// Notice is one change of a key, as a [Notifier] announces it.
+type Notice struct {
+	// Key is the key that changed; the empty key is a key like any other
+	// when Fence is at least 1.
+	Key string
+	// Fence is the key's fence after the change, at least 1; 0 only in the
+	// zero Notice.
+	Fence uint64
+	// Dropped reports that the change deleted the key's value (Invalidate);
+	// otherwise it stored one.
+	Dropped bool
 }

@@ -11,8 +11,15 @@ import (
 
 // Stats is a snapshot of a cache's counters since it was made.
 type Stats struct {
-	Hits           int64 // fresh values served, from either tier
-	RemoteHits     int64 // of those, values read from the Store
+	Hits       int64 // fresh values served, from either tier
+	RemoteHits int64 // of those, values read from the Store
+	// RemoteWaits counts the Gets that waited on a read of the Store: their
+	// key had no local copy young enough to serve (none, past 2×NearTTL,
+	// or from before a lost notice), so they read it on their own path.
+	RemoteWaits int64
+	// Revalidations counts the background reads that replaced a local copy
+	// served past NearTTL or superseded by a notice.
+	Revalidations  int64
 	Misses         int64 // Gets that found no value they could serve at once
 	NegativeHits   int64 // ErrNotFound served from a negative entry
 	StaleServed    int64 // stale values served (stale-while-revalidate, lease losers)
@@ -109,6 +116,8 @@ func (c *Cache[V]) Stats() Stats {
 		BreakerOpens:      opens,
 		Hits:              s.hits.load(),
 		RemoteHits:        s.remoteHits.load(),
+		RemoteWaits:       s.remoteWaits.load(),
+		Revalidations:     s.revalidations.load(),
 		Misses:            s.misses.load(),
 		NegativeHits:      s.negativeHits.load(),
 		StaleServed:       s.staleServed.load(),
@@ -142,6 +151,7 @@ type counters struct {
 	leaseAcquired, leaseContended, leaseWaitTimeouts                  stripedCounter
 	leaseExtended, leaseLost, wokenByPush, wokenByPoll                stripedCounter
 	fencedWrites, shed, remoteErrors, decodeErrors, encodeErrors      stripedCounter
+	remoteWaits, revalidations                                        stripedCounter
 }
 
 // got counts how a Get was answered.

@@ -194,7 +194,7 @@ func (r *Remote) write(ctx context.Context, key string, env []byte, fence uint64
 	}
 	keepFence(e, now, ttl)
 	r.stats.Writes++
-	r.notify(key, fence)
+	r.notify(key, fence, false)
 	return true, nil
 }
 
@@ -236,7 +236,7 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	}
 	advance(e, fence, now, ttl)
 	r.stats.Sets++
-	r.notify(key, e.fence)
+	r.notify(key, e.fence, false)
 	return e.fence, nil
 }
 
@@ -255,7 +255,7 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 	advance(e, nextFence(e, now), now, 0)
 	e.value = nil
 	r.stats.Invalidates++
-	r.notify(key, e.fence)
+	r.notify(key, e.fence, true)
 	return nil
 }
 
@@ -513,15 +513,16 @@ func fenceTTL(ttl time.Duration) time.Duration {
 
 // notify queues a change of key under fence for every subscription.
 // r.mu is held.
-func (r *Remote) notify(key string, fence uint64) {
+func (r *Remote) notify(key string, fence uint64, dropped bool) {
 	for s := range r.subs {
-		s.Push(notify.Notice{Key: key, Fence: fence})
+		s.Push(notify.Notice{Key: key, Fence: fence, Dropped: dropped})
 	}
 }
 
 // Subscribe calls fn, on one goroutine per subscription and in order, with
-// each key that is written, set or invalidated (refused writes are not
-// announced) and the fence of that change, until stop is called. Writers
+// each change of a key: a write, a Set or an Invalidate (Dropped), under the
+// fence of that change (refused writes are not announced), until stop is
+// called. Writers
 // never wait for fn: each subscription queues up to 1024 notices, and when a
 // slow fn lets the queue fill, the queued notices are replaced by a single
 // ("", 0) notice (drop everything).
@@ -529,8 +530,8 @@ func (r *Remote) notify(key string, fence uint64) {
 // stop drops the notices still queued, waits until fn has returned and the
 // goroutine has exited, and may be called more than once; it must not be
 // called from fn.
-func (r *Remote) Subscribe(fn func(key string, fence uint64)) (stop func()) {
-	s := notify.Start(fn, subscribeQueue)
+func (r *Remote) Subscribe(fn func(herd.Notice)) (stop func()) {
+	s := notify.Start(func(n notify.Notice) { fn(herd.Notice(n)) }, subscribeQueue)
 	r.mu.Lock()
 	r.subs[s] = struct{}{}
 	r.mu.Unlock()

@@ -177,16 +177,21 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// recorder collects the notices a subscription delivers, as "key@fence".
+// recorder collects the notices a subscription delivers, as "key@fence",
+// with a trailing "-" for a Dropped one.
 type recorder struct {
 	mu   sync.Mutex
 	keys []string
 }
 
-func (c *recorder) add(k string, fence uint64) {
+func (c *recorder) add(n herd.Notice) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.keys = append(c.keys, fmt.Sprintf("%s@%d", k, fence))
+	s := fmt.Sprintf("%s@%d", n.Key, n.Fence)
+	if n.Dropped {
+		s += "-"
+	}
+	c.keys = append(c.keys, s)
 }
 
 func (c *recorder) get() []string {
@@ -226,10 +231,11 @@ func TestSubscribeOrder(t *testing.T) {
 		us := time.Now().UnixMicro()
 		want := []string{}
 		for _, n := range []struct {
-			key  string
-			plus int64
-		}{{"s1", 0}, {"w", 0}, {"i", 0}, {"s2", 0}, {"s1", 1}, {"w", 1}} {
-			want = append(want, fmt.Sprintf("%s@%d", n.key, us+n.plus))
+			key     string
+			plus    int64
+			dropped string
+		}{{"s1", 0, ""}, {"w", 0, ""}, {"i", 0, "-"}, {"s2", 0, ""}, {"s1", 1, ""}, {"w", 1, "-"}} {
+			want = append(want, fmt.Sprintf("%s@%d%s", n.key, us+n.plus, n.dropped))
 		}
 		if diff := cmp.Diff(want, a.get()); diff != "" {
 			t.Errorf("first subscription (-want +got):\n%s", diff)
@@ -246,8 +252,8 @@ func TestSubscribeStop(t *testing.T) {
 		r := New()
 		gate := make(chan struct{})
 		var c recorder
-		stop := r.Subscribe(func(k string, fence uint64) {
-			c.add(k, fence)
+		stop := r.Subscribe(func(n herd.Notice) {
+			c.add(n)
 			<-gate
 		})
 		env := envAt("v", time.Minute, time.Hour)
@@ -292,9 +298,9 @@ func TestSubscribeOverflow(t *testing.T) {
 		r := New()
 		gate := make(chan struct{})
 		var c recorder
-		stop := r.Subscribe(func(k string, fence uint64) {
-			c.add(k, fence)
-			if k == "first" {
+		stop := r.Subscribe(func(n herd.Notice) {
+			c.add(n)
+			if n.Key == "first" {
 				<-gate
 			}
 		})
@@ -314,7 +320,7 @@ func TestSubscribeOverflow(t *testing.T) {
 		synctest.Wait()
 
 		us := time.Now().UnixMicro() // each key's first fence
-		want := []string{fmt.Sprintf("first@%d", us), "@0", fmt.Sprintf("after@%d", us)}
+		want := []string{fmt.Sprintf("first@%d-", us), "@0", fmt.Sprintf("after@%d-", us)}
 		if diff := cmp.Diff(want, c.get()); diff != "" {
 			t.Fatalf("keys delivered (-want +got):\n%s", diff)
 		}

@@ -517,25 +517,25 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 }
 
 // Subscribe calls fn, on one goroutine per subscription and in order, with
-// each key that any Remote on the same Redis and prefix wrote, set or
-// invalidated (refused writes are not announced) and the fence of that
-// change, until stop is called. After the shared subscription reconnects,
-// fn gets ("", 0): notices may have been lost, drop everything. Notices are
-// never waited for: each subscription queues up to 1024 of them, and when a
-// slow fn lets the queue fill, the queued notices are replaced by a single
-// ("", 0).
+// each change of a key that any Remote on the same Redis and prefix made: a
+// write, a Set, or an Invalidate (Dropped), under the fence of that change
+// (refused writes are not announced), until stop is called. After the
+// shared subscription reconnects, fn gets the zero Notice: notices may have
+// been lost, drop everything. Notices are never waited for: each
+// subscription queues up to 1024 of them, and when a slow fn lets the
+// queue fill, the queued notices are replaced by a single zero Notice.
 //
 // stop drops the notices still queued, waits until fn has returned and the
 // goroutine has exited, and may be called more than once; it must not be
 // called from fn. After Close, Subscribe starts nothing and fn is never
 // called.
-func (r *Remote) Subscribe(fn func(key string, fence uint64)) (stop func()) {
+func (r *Remote) Subscribe(fn func(herd.Notice)) (stop func()) {
 	r.mu.Lock()
 	if r.closed.Load() {
 		r.mu.Unlock()
 		return func() {}
 	}
-	s := notify.Start(fn, subscribeQueue)
+	s := notify.Start(func(n notify.Notice) { fn(herd.Notice(n)) }, subscribeQueue)
 	r.subs[s] = struct{}{}
 	r.mu.Unlock()
 	return func() {
@@ -617,9 +617,9 @@ func (r *Remote) dispatch(payload string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch m.kind {
-	case changeNotice:
+	case changeNotice, dropNotice:
 		for s := range r.subs {
-			s.Push(notify.Notice{Key: m.key, Fence: m.fence})
+			s.Push(notify.Notice{Key: m.key, Fence: m.fence, Dropped: m.kind == dropNotice})
 		}
 	case doneNotice:
 		if m.origin != r.id { // Release woke this Remote's own Wait-ers
@@ -635,7 +635,8 @@ func (r *Remote) wake(key string) {
 
 // Kinds of message, their first byte on the channel.
 const (
-	changeNotice = 'c' // "c<fence>:<key>": key changed under fence
+	changeNotice = 'c' // "c<fence>:<key>": key's value stored under fence
+	dropNotice   = 'x' // "x<fence>:<key>": key's value deleted under fence
 	doneNotice   = 'd' // "d<origin><key>": key's load completed
 )
 
@@ -644,10 +645,10 @@ const originLen = 16
 
 // message is a parsed message from the channel.
 type message struct {
-	kind   byte
+	kind   byte   // changeNotice, dropNotice or doneNotice
 	origin string // the announcing Remote's id; completions only
 	key    string // may be empty: "" is a key
-	fence  uint64 // changes only
+	fence  uint64 // changes and drops only
 }
 
 // parseNotice parses a message from the channel, as the scripts format it.
@@ -658,7 +659,7 @@ func parseNotice(p string) (message, bool) {
 		return message{}, false
 	}
 	switch p[0] {
-	case changeNotice:
+	case changeNotice, dropNotice:
 		i := strings.IndexByte(p, ':')
 		if i < 2 || p[1] == '0' && i > 2 { // canonical digits only
 			return message{}, false
@@ -667,7 +668,7 @@ func parseNotice(p string) (message, bool) {
 		if err != nil || f == 0 || f > envelope.MaxFence { // a change advances the fence past 0
 			return message{}, false
 		}
-		return message{kind: changeNotice, key: p[i+1:], fence: f}, true
+		return message{kind: p[0], key: p[i+1:], fence: f}, true
 	case doneNotice:
 		if len(p) < 1+originLen {
 			return message{}, false

@@ -604,7 +604,7 @@ func TestDeadline(t *testing.T) {
 // subscribe returns what a new subscription of r is told until the test ends.
 func subscribe(t *testing.T, r *Remote) <-chan notify.Notice {
 	ch := make(chan notify.Notice, 1024)
-	stop := r.Subscribe(func(key string, fence uint64) { ch <- notify.Notice{Key: key, Fence: fence} })
+	stop := r.Subscribe(func(n herd.Notice) { ch <- notify.Notice(n) })
 	t.Cleanup(stop)
 	return ch
 }
@@ -726,8 +726,8 @@ func TestNoticesAnyKey(t *testing.T) {
 		if err != nil || f2 <= f {
 			t.Fatalf("fence after Invalidate(%q) = %d, %v; want one above %d", k, f2, err, f)
 		}
-		if got := next(t, notices); got != (notify.Notice{Key: k, Fence: f2}) {
-			t.Fatalf("notice of Invalidate(%q) = %+v, want fence %d", k, got, f2)
+		if got := next(t, notices); got != (notify.Notice{Key: k, Fence: f2, Dropped: true}) {
+			t.Fatalf("notice of Invalidate(%q) = %+v, want fence %d, Dropped", k, got, f2)
 		}
 	}
 	// The other prefix shares the server, not the channel.
@@ -790,7 +790,7 @@ func TestClose(t *testing.T) {
 	registered := make(chan struct{}, 1)
 	r.onWait = func(string) { registered <- struct{}{} }
 	called := make(chan notify.Notice, 1)
-	r.Subscribe(func(key string, fence uint64) { called <- notify.Notice{Key: key, Fence: fence} })
+	r.Subscribe(func(n herd.Notice) { called <- notify.Notice(n) })
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()
 	waited := make(chan error, 1)
@@ -812,7 +812,7 @@ func TestClose(t *testing.T) {
 	if _, err := r.Set(t.Context(), "k", fresh("v"), time.Minute); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Set after Close = %v, want ErrClosed", err)
 	}
-	r.Subscribe(func(key string, fence uint64) { called <- notify.Notice{Key: key, Fence: fence} })()
+	r.Subscribe(func(n herd.Notice) { called <- notify.Notice(n) })()
 	select {
 	case n := <-called:
 		t.Fatalf("a subscriber was called with %+v after Close", n)
@@ -897,7 +897,7 @@ func commandCalls(t *testing.T, stats string) map[string]int {
 func FuzzParseNotice(f *testing.F) {
 	const origin = "0123456789abcdef"
 	for _, seed := range []string{"", "c", "d", "dk", "d" + origin, "d" + origin + "k", "c1:k", "c0:k", "c01:k", "c:k", "c1:", "c12",
-		"c1::", "c9007199254740991:k", "c9007199254740992:k", "c-1:k", "c+1:k", "x1:k", "d\x00", "c18446744073709551616:k"} {
+		"c1::", "c9007199254740991:k", "c9007199254740992:k", "c-1:k", "c+1:k", "x1:k", "x0:k", "x:k", "d\x00", "c18446744073709551616:k"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
@@ -905,13 +905,13 @@ func FuzzParseNotice(f *testing.F) {
 		if !ok {
 			return
 		}
-		if m.kind == changeNotice && m.fence == 0 {
+		if (m.kind == changeNotice || m.kind == dropNotice) && m.fence == 0 {
 			t.Fatalf("parseNotice(%q) gave a change under fence 0, which reads as a lost notice", p)
 		}
 		var back string
 		switch m.kind {
-		case changeNotice:
-			back = "c" + strconv.FormatUint(m.fence, 10) + ":" + m.key
+		case changeNotice, dropNotice:
+			back = string(m.kind) + strconv.FormatUint(m.fence, 10) + ":" + m.key
 			if m.fence > envelope.MaxFence {
 				t.Fatalf("parseNotice(%q) gave fence %d above 2^53", p, m.fence)
 			}
@@ -942,6 +942,10 @@ func FuzzNoticeRoundTrip(f *testing.F) {
 		want := message{kind: changeNotice, key: key, fence: fence}
 		if m, ok := parseNotice("c" + strconv.FormatUint(fence, 10) + ":" + key); !ok || m != want {
 			t.Fatalf("change %q under %d parsed as %+v, %v", key, fence, m, ok)
+		}
+		want = message{kind: dropNotice, key: key, fence: fence}
+		if m, ok := parseNotice("x" + strconv.FormatUint(fence, 10) + ":" + key); !ok || m != want {
+			t.Fatalf("drop %q under %d parsed as %+v, %v", key, fence, m, ok)
 		}
 		want = message{kind: doneNotice, origin: origin, key: key}
 		if m, ok := parseNotice("d" + origin + key); !ok || m != want {

@@ -752,11 +752,11 @@ func testNotifier(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 	t.Logf("%T implements herd.Notifier", s)
 	prefix := key(t, "")
-	notices := make(chan notice, 1024)
-	stop := n.Subscribe(func(k string, fence uint64) {
+	notices := make(chan herd.Notice, 1024)
+	stop := n.Subscribe(func(n herd.Notice) {
 		// Other subtests may share the remote: keep only this one's keys.
-		if k == "" || strings.HasPrefix(k, prefix) {
-			notices <- notice{k, fence}
+		if n.Fence == 0 || strings.HasPrefix(n.Key, prefix) {
+			notices <- n
 		}
 	})
 	defer stop()
@@ -769,7 +769,7 @@ func testNotifier(t *testing.T, s herd.Store, l herd.Lease) {
 		for {
 			select {
 			case n := <-notices:
-				if n.key == first {
+				if n.Key == first {
 					return true
 				}
 			default:
@@ -795,18 +795,21 @@ func testNotifier(t *testing.T, s herd.Store, l herd.Lease) {
 	invalidate(t, s, kInv)
 	invalidate(t, s, mark)
 
-	if f := expect(t, notices, kSet); f != fSet {
-		t.Errorf("notice of Set: fence %d, want the %d Set returned", f, fSet)
+	if n := expect(t, notices, kSet); n.Fence != fSet || n.Dropped {
+		t.Errorf("notice of Set: %+v, want the fence %d Set returned, not Dropped", n, fSet)
 	}
-	if f := expect(t, notices, kWrite); f != g.Fence {
-		t.Errorf("notice of Write: fence %d, want the %d it was written under", f, g.Fence)
+	if n := expect(t, notices, kWrite); n.Fence != g.Fence || n.Dropped {
+		t.Errorf("notice of Write: %+v, want the fence %d it was written under, not Dropped", n, g.Fence)
 	}
-	if f := expect(t, notices, kInv); f != fBefore {
-		t.Errorf("notice of Set: fence %d, want the %d Set returned", f, fBefore)
+	if n := expect(t, notices, kInv); n.Fence != fBefore || n.Dropped {
+		t.Errorf("notice of Set: %+v, want the fence %d Set returned, not Dropped", n, fBefore)
 	}
-	fInv := expect(t, notices, kInv)
-	if after := lease(t, l, kInv, longTTL); fInv <= fBefore || fInv >= after.Fence {
-		t.Errorf("fences: Set %d, Invalidate notice %d, Acquire %d; want them increasing", fBefore, fInv, after.Fence)
+	inv := expect(t, notices, kInv)
+	if after := lease(t, l, kInv, longTTL); inv.Fence <= fBefore || inv.Fence >= after.Fence {
+		t.Errorf("fences: Set %d, Invalidate notice %d, Acquire %d; want them increasing", fBefore, inv.Fence, after.Fence)
+	}
+	if !inv.Dropped {
+		t.Errorf("notice of Invalidate: %+v, want Dropped", inv)
 	}
 	expect(t, notices, mark)
 
@@ -814,26 +817,21 @@ func testNotifier(t *testing.T, s herd.Store, l herd.Lease) {
 	stop() // stop is idempotent
 }
 
-type notice struct {
-	key   string
-	fence uint64
-}
-
-// expect reads notices until one for want and returns its fence. It fails on
-// a notice for any other key except "" (a notice may stand for missed ones)
-// and those in skip.
-func expect(t *testing.T, notices <-chan notice, want string, skip ...string) uint64 {
+// expect reads notices until one for want and returns it. It fails on a
+// notice for any other key except the zero Notice (it may stand for missed
+// ones) and those in skip.
+func expect(t *testing.T, notices <-chan herd.Notice, want string, skip ...string) herd.Notice {
 	t.Helper()
 	timeout := time.After(deadline)
 	for {
 		select {
 		case n := <-notices:
 			switch {
-			case n.key == want:
-				return n.fence
-			case n.key == "" || slices.Contains(skip, n.key):
+			case n.Fence != 0 && n.Key == want:
+				return n
+			case n.Fence == 0 || slices.Contains(skip, n.Key):
 			default:
-				t.Fatalf("notice %q, want %q (a refused write notified, or notices out of order)", n.key, want)
+				t.Fatalf("notice %q, want %q (a refused write notified, or notices out of order)", n.Key, want)
 			}
 		case <-timeout:
 			t.Fatalf("no notice for %q within %v", want, deadline)

@@ -3,17 +3,20 @@ package notify
 
 import "sync"
 
-// Notice is one change announced to a subscriber: Key changed under Fence.
-// The zero Notice means "drop everything": changes may have been missed.
+// Notice is one change announced to a subscriber: Key changed under Fence,
+// its value deleted when Dropped. The zero Notice means "drop everything":
+// changes may have been missed. Its fields are those of herd.Notice, in
+// order, so that one converts to the other.
 type Notice struct {
-	Key   string
-	Fence uint64
+	Key     string
+	Fence   uint64
+	Dropped bool
 }
 
 // Subscription is one subscriber's queue and the goroutine that empties it
 // into fn. Its methods are safe for concurrent use.
 type Subscription struct {
-	fn   func(key string, fence uint64)
+	fn   func(Notice)
 	max  int           // most notices queue holds, at least 1
 	wake chan struct{} // holds a token when queue may be non-empty
 	quit chan struct{} // closed by Stop
@@ -33,7 +36,7 @@ type Subscription struct {
 // until Stop is called. Up to queue notices wait for a slow fn; a push to a
 // full queue replaces the queued notices with one zero Notice, which then
 // absorbs every push until fn takes it. A queue below 1 counts as 1.
-func Start(fn func(key string, fence uint64), queue int) *Subscription {
+func Start(fn func(Notice), queue int) *Subscription {
 	s := &Subscription{
 		fn:   fn,
 		max:  max(queue, 1),
@@ -92,7 +95,7 @@ func (s *Subscription) run() {
 				return
 			default:
 			}
-			s.fn(n.Key, n.Fence)
+			s.fn(n)
 		}
 		clear(batch)
 	}

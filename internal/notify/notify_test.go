@@ -24,9 +24,9 @@ func newSink(hold ...string) *sink {
 	return s
 }
 
-func (s *sink) fn(key string, fence uint64) {
-	s.got <- Notice{Key: key, Fence: fence}
-	if s.hold[key] {
+func (s *sink) fn(n Notice) {
+	s.got <- n
+	if s.hold[n.Key] {
 		<-s.release
 	}
 }

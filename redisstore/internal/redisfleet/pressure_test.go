@@ -323,10 +323,12 @@ func TestLeaseAttemptsPerExpiry(t *testing.T) {
 	if len(rounds) == 0 {
 		t.Fatalf("no soft expiry in %v of traffic", stop.Sub(from))
 	}
-	var leased int64
+	var leased, waited, revalidated int64
 	for i, r := range rs {
 		s := r.cache.Stats()
 		leased += s.LeaseAcquired + s.LeaseContended - before[i].LeaseAcquired - before[i].LeaseContended
+		waited += s.RemoteWaits - before[i].RemoteWaits
+		revalidated += s.Revalidations - before[i].Revalidations
 	}
 	requests := issued.Load()
 	totalLoads, totalAcquires := 0, 0
@@ -344,6 +346,10 @@ func TestLeaseAttemptsPerExpiry(t *testing.T) {
 		float64(leased)/expiries, leased)
 	t.Logf("Redis round trips per Get: %.4f counted by the clients (%d); server commands per Get: %.4f (INFO commandstats, commands inside scripts included: %d)",
 		float64(trips)/float64(requests), trips, float64(server)/float64(requests), server)
+	t.Logf("Gets that waited on a Store read: %d; copies replaced by a background read: %d", waited, revalidated)
+	if waited != 0 {
+		t.Errorf("%d Gets waited on a Store read after warm-up, want 0: past NearTTL and after a notice, copies are replaced in the background", waited)
+	}
 
 	clean, degraded, cleanAcquires := 0, 0, 0
 	for k, r := range rounds {
