@@ -569,15 +569,29 @@ func TestFleetNearCacheDropsOnNotice(t *testing.T) {
 			if err := a.Set(t.Context(), "k", 2); err != nil {
 				t.Fatal(err)
 			}
-			// No time passes: only the notice can replace B's copy. B serves
-			// it while one read of the Store replaces it.
+			// No time passes: only the notice can replace B's copy. B's
+			// readers are served it at once while one read of the Store,
+			// shared by all of them, replaces it.
 			synctest.Wait()
-			fleetMustGet(t, b, "k", nil, 1)
-			synctest.Wait()
-			fleetMustGet(t, b, "k", nil, 2)
-			if st := b.Stats(); st.Revalidations != 1 || st.RemoteWaits != 1 {
-				t.Errorf("B's Stats: Revalidations %d, RemoteWaits %d; want 1 (the notice) and 1 (the first read)", st.Revalidations, st.RemoteWaits)
+			loads := r.Stats().Loads
+			var wg sync.WaitGroup
+			for range 50 {
+				wg.Go(func() {
+					// The superseded 1 until the background read has put 2.
+					if v, err := b.Get(t.Context(), "k", fleetNoLoad(t, "B")); err != nil || v != 1 && v != 2 {
+						t.Errorf("B's Get after the notice = %d, %v; want 1 or 2", v, err)
+					}
+				})
 			}
+			wg.Wait()
+			synctest.Wait()
+			if st := b.Stats(); st.RemoteWaits != 1 || st.Revalidations != 1 {
+				t.Errorf("B's Stats: RemoteWaits %d, Revalidations %d; want 1 (its first read) and 1", st.RemoteWaits, st.Revalidations)
+			}
+			if n := r.Stats().Loads - loads; n != 1 {
+				t.Errorf("50 reads of the superseded copy made %d Store reads, want 1", n)
+			}
+			fleetMustGet(t, b, "k", nil, 2)
 		})
 	})
 	t.Run("Invalidate", func(t *testing.T) {

@@ -47,8 +47,8 @@
 // writes matter; min-replicas-to-write narrows the failover window but does
 // not close it. Notices can be lost (a dropped connection, a slow
 // subscriber): once the subscription reconnects, subscribers are told to
-// drop everything and Wait-ers wake to re-read, and the cache's NearTTL
-// bounds the staleness in between.
+// drop everything and Wait-ers wake to re-read, and twice the cache's
+// NearTTL bounds the staleness in between.
 package redisstore
 
 import (
