@@ -70,6 +70,7 @@ type Cache[V any] struct {
 	closed      atomic.Bool
 	bg          sync.WaitGroup
 	unsubscribe func()
+	pins        pins[V]
 }
 
 // New returns a cache configured by o; a nil o means [DefaultOptions].
@@ -307,6 +308,9 @@ func (c *Cache[V]) noticed(n Notice) {
 		c.unpublish(n.Key, e)
 	default:
 		e.superseded.Store(true)
+		if c.pinned(n.Key) {
+			c.revalidate(context.Background(), n.Key, e) // no read may come to do it
+		}
 	}
 }
 
@@ -423,6 +427,7 @@ func (c *Cache[V]) Close(ctx context.Context) error {
 	if c.unsubscribe != nil {
 		c.unsubscribe()
 	}
+	c.stopPins()
 	done := make(chan struct{})
 	go func() {
 		c.bg.Wait()

@@ -178,6 +178,10 @@ type Options[V any] struct {
 	// must pass one.
 	Load func(ctx context.Context, key string) (V, error)
 
+	// MaxRefreshAhead is how many keys [Cache.Pin] may keep fresh ahead of
+	// their expiry at once. Zero means none: Pin fails.
+	MaxRefreshAhead int
+
 	// Executor runs background refreshes. Nil means each runs on a new
 	// goroutine. It must not block the caller waiting on other tasks.
 	Executor func(fn func())
@@ -190,9 +194,9 @@ type Options[V any] struct {
 // (a quarter reserved for foreground misses, a one-second queue timeout),
 // near-cache TTL one second, a five-second lease, and a breaker that opens
 // after five failed remote calls and probes every second (used once a Store
-// and Lease are set), and the 20 hottest keys tracked for Stats. Each call
-// returns a new limiter: caches in front of one backing store should share
-// one, set on each.
+// and Lease are set), the 20 hottest keys tracked for Stats, and up to
+// 1,000 pinned keys (Pin). Each call returns a new limiter: caches in front
+// of one backing store should share one, set on each.
 func DefaultOptions[V any]() *Options[V] {
 	l, err := limiter.New(limiter.DefaultOptions(32))
 	if err != nil {
@@ -215,6 +219,8 @@ func DefaultOptions[V any]() *Options[V] {
 		BreakerCooldown:  time.Second,
 
 		HotKeys: 20,
+
+		MaxRefreshAhead: 1000,
 	}
 }
 
@@ -253,6 +259,9 @@ func (o *Options[V]) validate() (config[V], error) {
 	}
 	if o.Lease != nil && o.Store == nil {
 		bad("a Lease needs a Store")
+	}
+	if o.MaxRefreshAhead < 0 {
+		bad("MaxRefreshAhead must not be negative, got %d", o.MaxRefreshAhead)
 	}
 	if o.HotKeys < 0 {
 		bad("HotKeys must not be negative, got %d", o.HotKeys)

@@ -25,6 +25,7 @@ type Stats struct {
 	StaleServed    int64 // stale values served (stale-while-revalidate, lease losers)
 	StaleIfError   int64 // stale values served because a load failed
 	EarlyRefreshes int64 // background refreshes started early by XFetch
+	AheadRefreshes int64 // background refreshes of pinned keys (Pin)
 	// StaleRefreshes counts background refreshes started by a stale read.
 	StaleRefreshes  int64
 	RefreshFailures int64 // background refreshes whose load failed
@@ -123,6 +124,7 @@ func (c *Cache[V]) Stats() Stats {
 		StaleServed:       s.staleServed.load(),
 		StaleIfError:      s.staleIfError.load(),
 		EarlyRefreshes:    s.earlyRefreshes.load(),
+		AheadRefreshes:    s.aheadRefreshes.load(),
 		StaleRefreshes:    s.staleRefreshes.load(),
 		RefreshFailures:   s.refreshFailures.load(),
 		Loads:             s.loads.load(),
@@ -151,7 +153,7 @@ type counters struct {
 	leaseAcquired, leaseContended, leaseWaitTimeouts                  stripedCounter
 	leaseExtended, leaseLost, wokenByPush, wokenByPoll                stripedCounter
 	fencedWrites, shed, remoteErrors, decodeErrors, encodeErrors      stripedCounter
-	remoteWaits, revalidations                                        stripedCounter
+	remoteWaits, revalidations, aheadRefreshes                        stripedCounter
 }
 
 // got counts how a Get was answered.

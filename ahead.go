@@ -1,0 +1,151 @@
+package herd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/herdcache/herd/xfetch"
+)
+
+// Refresh-ahead: a pinned key is kept loaded and fresh on a timer, read or
+// not. Each value is replaced once, shortly before its soft expiry, by the
+// same refresh a read would start: through the limiter at background
+// priority (a shed one promoted as any refresh is) and through the lease,
+// so that the replicas that pin a key load it once per fleet between them.
+
+// pins are the keys refreshed ahead of their expiry; the zero value holds
+// none.
+type pins[V any] struct {
+	mu sync.Mutex
+	m  map[string]*pin[V] // guarded by mu; nil until the first Pin
+}
+
+// pin is one pinned key: its load and the timer of its next look, both
+// guarded by the pins' mu.
+type pin[V any] struct {
+	load  LoadFunc[V]
+	timer *time.Timer
+}
+
+// Pin keeps key loaded and fresh on this replica whether or not it is read:
+// each value is refreshed in the background shortly before its soft expiry,
+// through the limiter at background priority and the lease, so that
+// replicas that pin the same key load it about once per soft TTL between
+// them. load (or [Options.Load] when load is nil) loads it. Pinning a pinned
+// key replaces its load. Pin fails when the cache is closed, when there is
+// no load, and when [Options.MaxRefreshAhead] keys are pinned already.
+func (c *Cache[V]) Pin(key string, load LoadFunc[V]) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if load = c.loader(key, load); load == nil {
+		return fmt.Errorf("%w: pin %q", ErrNoLoader, key)
+	}
+	c.pins.mu.Lock()
+	defer c.pins.mu.Unlock()
+	if p, ok := c.pins.m[key]; ok {
+		p.load = load
+		return nil
+	}
+	if len(c.pins.m) >= c.cfg.MaxRefreshAhead {
+		return fmt.Errorf("herd: pin %q: %d keys pinned already (MaxRefreshAhead)", key, len(c.pins.m))
+	}
+	if c.pins.m == nil {
+		c.pins.m = make(map[string]*pin[V])
+	}
+	p := &pin[V]{load: load}
+	c.pins.m[key] = p
+	p.timer = time.AfterFunc(0, func() { c.look(key, p) })
+	return nil
+}
+
+// Unpin stops refreshing key ahead of its expiry; its value stays cached
+// until it expires. Unpinning a key that is not pinned does nothing.
+func (c *Cache[V]) Unpin(key string) {
+	c.pins.mu.Lock()
+	defer c.pins.mu.Unlock()
+	if p, ok := c.pins.m[key]; ok {
+		p.timer.Stop()
+		delete(c.pins.m, key)
+	}
+}
+
+// pinned reports whether key is pinned.
+func (c *Cache[V]) pinned(key string) bool {
+	c.pins.mu.Lock()
+	defer c.pins.mu.Unlock()
+	_, ok := c.pins.m[key]
+	return ok
+}
+
+// stopPins stops every pin's timer, for Close.
+func (c *Cache[V]) stopPins() {
+	c.pins.mu.Lock()
+	defer c.pins.mu.Unlock()
+	for _, p := range c.pins.m {
+		p.timer.Stop()
+	}
+}
+
+// look is a pin's timer: it loads key when this replica holds no usable
+// copy, starts its refresh once the copy is due, and sets the timer for the
+// next look: the copy's due time, or a short while when a load or refresh
+// is under way.
+func (c *Cache[V]) look(key string, p *pin[V]) {
+	c.mu.RLock()
+	if c.closed.Load() {
+		c.mu.RUnlock()
+		return
+	}
+	c.bg.Add(1)
+	c.mu.RUnlock()
+	defer c.bg.Done()
+	c.pins.mu.Lock()
+	load := p.load
+	c.pins.mu.Unlock()
+	now := c.clk.now()
+	next := time.Duration(0)
+	e, ok := c.local.GetIfPresent(key)
+	switch {
+	case !ok || now >= e.soft || !c.trusted(e, now) && !e.revalidating.Load():
+		// Nothing fresh to refresh: a Get loads it, or reads what another
+		// replica stored. It waits, on this timer's goroutine only.
+		ctx, cancel := context.WithTimeout(c.closeCtx, c.cfg.LoadTimeout)
+		_, err := c.Get(ctx, key, load, NoStale())
+		cancel()
+		next = c.recheck(nil)
+		if err != nil {
+			next = max(next, c.cfg.RefreshBackoff, time.Second)
+		}
+	case now >= c.due(e):
+		c.refresh(c.closeCtx, key, load, e, &c.st.aheadRefreshes)
+		next = c.recheck(e)
+	default:
+		next = time.Duration(c.due(e) - now)
+	}
+	c.pins.mu.Lock()
+	defer c.pins.mu.Unlock()
+	if q, ok := c.pins.m[key]; ok && q == p && !c.closed.Load() {
+		p.timer.Reset(next)
+	}
+}
+
+// due is when a pinned copy's refresh starts: a load's duration, plus the
+// margin XFetch gives, before its soft expiry (at least a millisecond).
+func (c *Cache[V]) due(e *entry[V]) int64 {
+	ahead := max(time.Duration(float64(e.delta)*(1+xfetch.DefaultMargin)), time.Millisecond)
+	return e.soft - int64(ahead)
+}
+
+// recheck is how soon a pin looks again while a load or refresh of its key
+// may be under way: a quarter of the last load's duration, between 5ms and
+// a second.
+func (c *Cache[V]) recheck(e *entry[V]) time.Duration {
+	d := 5 * time.Millisecond
+	if e != nil {
+		d = time.Duration(e.delta / 4)
+	}
+	return min(max(d, 5*time.Millisecond), time.Second)
+}

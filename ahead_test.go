@@ -1,0 +1,129 @@
+package herd_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/memory"
+)
+
+// A key pinned on five replicas, and never read there, stays fresh for ten
+// soft TTLs: each value is replaced once, shortly before its soft expiry, by
+// one load for the whole fleet. A sixth replica, which only reads, is never
+// served anything stale and never loads.
+func TestPinnedKeyStaysFresh(t *testing.T) {
+	const (
+		soft    = 2 * time.Second
+		periods = 10
+		load    = 100 * time.Millisecond
+	)
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		mod := func(o *herd.Options[int]) {
+			o.SoftTTL, o.HardTTL = soft, 2*soft
+			o.NearTTL = time.Second
+			o.MaxRefreshAhead = 10
+		}
+		var loads atomic.Int64
+		pinLoad := func(context.Context) (int, error) {
+			n := loads.Add(1)
+			time.Sleep(load) // the backing store
+			return int(n), nil
+		}
+		for i := range 5 {
+			c := fleetReplica(t, r, mod)
+			if err := c.Pin("k", pinLoad); err != nil {
+				t.Fatalf("Pin on replica %d: %v", i, err)
+			}
+		}
+		reader := fleetReplica(t, r, mod)
+		time.Sleep(load) // the first load
+		synctest.Wait()
+		if n := loads.Load(); n != 1 {
+			t.Fatalf("%d loads of the pinned key at first, want 1 for the fleet", n)
+		}
+		start := time.Now()
+		last := 0
+		for time.Since(start) < periods*soft {
+			time.Sleep(50 * time.Millisecond)
+			t0 := time.Now()
+			v, err := reader.Get(t.Context(), "k", fleetNoLoad(t, "the reader"), herd.NoStale())
+			if err != nil {
+				t.Fatalf("the reader's Get at %v: %v", time.Since(start), err)
+			}
+			if w := time.Since(t0); w > 0 {
+				t.Fatalf("the reader waited %v at %v", w, time.Since(start))
+			}
+			last = max(last, v)
+		}
+		n := loads.Load() - 1
+		t.Logf("%d loads after the first in %d soft TTLs (%.2f per TTL); the reader saw value %d last", n, periods, float64(n)/periods, last)
+		if per := float64(n) / periods; per > 1.15 || per < 0.9 {
+			t.Errorf("%.2f loads per soft TTL, want about one (at most 1.15)", per)
+		}
+		if st := reader.Stats(); st.StaleServed != 0 || st.Loads != 0 {
+			t.Errorf("the reader's Stats: StaleServed %d, Loads %d; want 0, 0", st.StaleServed, st.Loads)
+		}
+	})
+}
+
+// Unpin stops the refreshes; Pin refuses a cache with refresh-ahead off,
+// with no load, past MaxRefreshAhead and after Close.
+func TestPinAndUnpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := testOptions()
+		o.MaxRefreshAhead = 2
+		c := newCache(t, o)
+		load, calls := counting()
+		if err := c.Pin("a", load); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if calls.Load() != 1 {
+			t.Fatalf("%d loads after Pin, want 1", calls.Load())
+		}
+		time.Sleep(3 * testSoft)
+		synctest.Wait()
+		pinned := calls.Load()
+		if pinned < 3 {
+			t.Fatalf("%d loads in three soft TTLs pinned, want at least 3", pinned)
+		}
+		c.Unpin("a")
+		time.Sleep(3 * testSoft)
+		synctest.Wait()
+		if n := calls.Load(); n != pinned {
+			t.Errorf("%d loads after Unpin, want none", n-pinned)
+		}
+
+		if err := c.Pin("b", nil); !errors.Is(err, herd.ErrNoLoader) {
+			t.Errorf("Pin with no load: %v, want ErrNoLoader", err)
+		}
+		if err := c.Pin("b", load); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Pin("c", load); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Pin("d", load); err == nil {
+			t.Error("a third Pin with MaxRefreshAhead 2 succeeded")
+		}
+		if err := c.Pin("b", load); err != nil {
+			t.Errorf("pinning a pinned key again: %v", err)
+		}
+		off := newCache(t, testOptions())
+		if err := off.Pin("a", load); err == nil {
+			t.Error("Pin with MaxRefreshAhead 0 succeeded")
+		}
+		if err := c.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Pin("e", load); !errors.Is(err, herd.ErrClosed) {
+			t.Errorf("Pin after Close: %v, want ErrClosed", err)
+		}
+	})
+}
