@@ -19,7 +19,9 @@ import (
 // none.
 type pins[V any] struct {
 	mu sync.Mutex
-	m  map[string]*pin[V] // guarded by mu; nil until the first Pin
+	m  map[string]*pin[V] // guarded by mu; nil until the first pin
+	// scan is the timer of scanHot; nil without RefreshAheadHot.
+	scan *time.Timer
 }
 
 // pin is one pinned key: its load and the timer of its next look, both
@@ -27,6 +29,9 @@ type pins[V any] struct {
 type pin[V any] struct {
 	load  LoadFunc[V]
 	timer *time.Timer
+	// hot marks a key pinned by scanHot, not by Pin: it is refreshed only
+	// while it is read.
+	hot bool
 }
 
 // Pin keeps key loaded and fresh on this replica whether or not it is read:
@@ -46,19 +51,55 @@ func (c *Cache[V]) Pin(key string, load LoadFunc[V]) error {
 	c.pins.mu.Lock()
 	defer c.pins.mu.Unlock()
 	if p, ok := c.pins.m[key]; ok {
-		p.load = load
+		p.load, p.hot = load, false
 		return nil
 	}
 	if len(c.pins.m) >= c.cfg.MaxRefreshAhead {
 		return fmt.Errorf("herd: pin %q: %d keys pinned already (MaxRefreshAhead)", key, len(c.pins.m))
 	}
+	c.addPin(key, load, false)
+	return nil
+}
+
+// addPin pins key and looks at it at once. c.pins.mu is held.
+func (c *Cache[V]) addPin(key string, load LoadFunc[V], hot bool) {
 	if c.pins.m == nil {
 		c.pins.m = make(map[string]*pin[V])
 	}
-	p := &pin[V]{load: load}
+	p := &pin[V]{load: load, hot: hot}
 	c.pins.m[key] = p
 	p.timer = time.AfterFunc(0, func() { c.look(key, p) })
-	return nil
+}
+
+// scanHot runs every soft TTL with RefreshAheadHot: the keys read most in
+// the last soft TTL become hot pins, in place of the hot pins that are no
+// longer among them, as far as MaxRefreshAhead allows; then the count
+// starts again.
+func (c *Cache[V]) scanHot() {
+	top := c.hot.Top()
+	c.hot.Reset()
+	want := make(map[string]bool, len(top))
+	for _, it := range top {
+		want[it.Key] = true
+	}
+	c.pins.mu.Lock()
+	defer c.pins.mu.Unlock()
+	if c.closed.Load() {
+		return
+	}
+	for key, p := range c.pins.m {
+		if p.hot && !want[key] {
+			p.timer.Stop()
+			delete(c.pins.m, key)
+		}
+	}
+	for _, it := range top {
+		if _, ok := c.pins.m[it.Key]; ok || len(c.pins.m) >= c.cfg.MaxRefreshAhead {
+			continue
+		}
+		c.addPin(it.Key, c.loader(it.Key, nil), true)
+	}
+	c.pins.scan.Reset(c.cfg.SoftTTL)
 }
 
 // Unpin stops refreshing key ahead of its expiry; its value stays cached
@@ -68,6 +109,16 @@ func (c *Cache[V]) Unpin(key string) {
 	defer c.pins.mu.Unlock()
 	if p, ok := c.pins.m[key]; ok {
 		p.timer.Stop()
+		delete(c.pins.m, key)
+	}
+}
+
+// unpinHot drops p, a hot pin of key, unless Pin has made it a user's pin
+// meanwhile.
+func (c *Cache[V]) unpinHot(key string, p *pin[V]) {
+	c.pins.mu.Lock()
+	defer c.pins.mu.Unlock()
+	if q, ok := c.pins.m[key]; ok && q == p && p.hot {
 		delete(c.pins.m, key)
 	}
 }
@@ -87,6 +138,9 @@ func (c *Cache[V]) stopPins() {
 	for _, p := range c.pins.m {
 		p.timer.Stop()
 	}
+	if c.pins.scan != nil {
+		c.pins.scan.Stop()
+	}
 }
 
 // look is a pin's timer: it loads key when this replica holds no usable
@@ -103,12 +157,15 @@ func (c *Cache[V]) look(key string, p *pin[V]) {
 	c.mu.RUnlock()
 	defer c.bg.Done()
 	c.pins.mu.Lock()
-	load := p.load
+	load, hot := p.load, p.hot
 	c.pins.mu.Unlock()
 	now := c.clk.now()
 	next := time.Duration(0)
 	e, ok := c.local.GetIfPresent(key)
 	switch {
+	case hot && ok && now >= c.due(e) && !e.read.Load():
+		c.unpinHot(key, p) // not read since its value was loaded
+		return
 	case !ok || now >= e.soft || !c.trusted(e, now) && !e.revalidating.Load():
 		// Nothing fresh to refresh: a Get loads it, or reads what another
 		// replica stored. It waits, on this timer's goroutine only.

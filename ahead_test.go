@@ -3,6 +3,7 @@ package herd_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -124,6 +125,65 @@ func TestPinAndUnpin(t *testing.T) {
 		}
 		if err := c.Pin("e", load); !errors.Is(err, herd.ErrClosed) {
 			t.Errorf("Pin after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+// With RefreshAheadHot, the key read most is kept fresh while it is read:
+// readers of it never meet a stale value or a miss after the first load.
+// Once nobody reads it, it stops being refreshed within a soft TTL.
+func TestHotKeyRefreshedAheadWhileRead(t *testing.T) {
+	const soft = 2 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		var loads atomic.Int64
+		var lastLoad atomic.Int64 // Unix ns
+		c := newCache(t, &herd.Options[int]{
+			MaxEntries:      100,
+			SoftTTL:         soft,
+			HardTTL:         2 * soft,
+			MaxRefreshAhead: 4,
+			RefreshAheadHot: 1,
+			DisableStats:    true, // refresh-ahead counts reads all the same
+			Load: func(_ context.Context, key string) (int, error) {
+				if key == "hot" {
+					loads.Add(1)
+					lastLoad.Store(time.Now().UnixNano())
+				}
+				time.Sleep(100 * time.Millisecond) // the backing store
+				return 1, nil
+			},
+		})
+		// Two soft TTLs of reads for the tracker to find the hot key, then
+		// eight in which every read must be fresh at once.
+		start := time.Now()
+		var stale, cold int
+		for time.Since(start) < 10*soft {
+			t0 := time.Now()
+			if _, err := c.Get(t.Context(), "hot", nil, herd.NoStale()); err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(start) > 2*soft && time.Since(t0) > 0 {
+				stale++
+			}
+			// Keys read once each: never the hottest.
+			cold++
+			if _, err := c.Get(t.Context(), "cold-"+strconv.Itoa(cold), nil); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if stale != 0 {
+			t.Errorf("%d reads of the hot key waited for a load after the tracker found it, want 0", stale)
+		}
+		if st := c.Stats(); st.AheadRefreshes == 0 {
+			t.Error("no refresh-ahead ran")
+		}
+		lastRead := time.Now()
+		before := loads.Load()
+		time.Sleep(5 * soft)
+		synctest.Wait()
+		if after := time.Unix(0, lastLoad.Load()); after.After(lastRead.Add(soft)) {
+			t.Errorf("the hot key was loaded %v after its last read (%d loads since), want none later than one soft TTL", after.Sub(lastRead), loads.Load()-before)
 		}
 	})
 }

@@ -71,6 +71,9 @@ type Cache[V any] struct {
 	bg          sync.WaitGroup
 	unsubscribe func()
 	pins        pins[V]
+	// hot counts reads for RefreshAheadHot over each soft TTL; nil when it
+	// is off.
+	hot *topk.Tracker
 }
 
 // New returns a cache configured by o; a nil o means [DefaultOptions].
@@ -109,6 +112,9 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	if cfg.HotKeys > 0 && !cfg.DisableStats {
 		c.top = topk.New(cfg.HotKeys)
 	}
+	if cfg.RefreshAheadHot > 0 {
+		c.hot = topk.New(cfg.RefreshAheadHot)
+	}
 	if r := cfg.Recorder; r != nil {
 		c.recorder = r
 		c.tracer, _ = r.(Tracer)
@@ -128,6 +134,9 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	if n, ok := cfg.Store.(Notifier); ok {
 		c.unsubscribe = n.Subscribe(c.noticed)
+	}
+	if c.hot != nil {
+		c.pins.scan = time.AfterFunc(cfg.SoftTTL, c.scanHot)
 	}
 	return c, nil
 }
@@ -208,6 +217,9 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 	if e, ok := c.local.GetIfPresent(key); ok {
 		now := c.clk.now()
 		if now < e.hard && c.servable(ctx, key, e, now) {
+			if c.hot != nil && !e.read.Load() {
+				e.read.Store(true)
+			}
 			if now < e.soft {
 				c.got(key, ResultHit)
 				if now >= e.soft-e.lead {

@@ -46,6 +46,9 @@ type entry[V any] struct {
 	// superseded is set when a notice announced a newer write of the key:
 	// the entry is served while one read of the Store replaces it.
 	superseded atomic.Bool
+	// read is set by the first hit on the entry when hot keys are refreshed
+	// ahead: a hot key whose value was not read is not refreshed.
+	read atomic.Bool
 	// revalidating is set by the reader that starts the one background read
 	// that replaces this entry (see revalidate).
 	revalidating atomic.Bool

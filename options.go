@@ -178,9 +178,17 @@ type Options[V any] struct {
 	// must pass one.
 	Load func(ctx context.Context, key string) (V, error)
 
-	// MaxRefreshAhead is how many keys [Cache.Pin] may keep fresh ahead of
-	// their expiry at once. Zero means none: Pin fails.
+	// MaxRefreshAhead is how many keys may be kept fresh ahead of their
+	// expiry at once: pinned ([Cache.Pin]) and hot (RefreshAheadHot) keys
+	// together. Zero means none: Pin fails.
 	MaxRefreshAhead int
+	// RefreshAheadHot is how many of the keys read most are kept fresh as
+	// pinned keys are, each only while it is read during its value's life:
+	// a hot key that is no longer read stops being refreshed within a soft
+	// TTL. Reads are counted over each soft TTL (hits sampled 1 in 16,
+	// misses and stale reads all), whether or not stats are on. It needs
+	// Load, and at most MaxRefreshAhead. Zero means none.
+	RefreshAheadHot int
 
 	// Executor runs background refreshes. Nil means each runs on a new
 	// goroutine. It must not block the caller waiting on other tasks.
@@ -262,6 +270,14 @@ func (o *Options[V]) validate() (config[V], error) {
 	}
 	if o.MaxRefreshAhead < 0 {
 		bad("MaxRefreshAhead must not be negative, got %d", o.MaxRefreshAhead)
+	}
+	switch {
+	case o.RefreshAheadHot < 0:
+		bad("RefreshAheadHot must not be negative, got %d", o.RefreshAheadHot)
+	case o.RefreshAheadHot > o.MaxRefreshAhead:
+		bad("RefreshAheadHot (%d) must not exceed MaxRefreshAhead (%d)", o.RefreshAheadHot, o.MaxRefreshAhead)
+	case o.RefreshAheadHot > 0 && o.Load == nil:
+		bad("RefreshAheadHot needs Load: hot keys are refreshed without a caller's loader")
 	}
 	if o.HotKeys < 0 {
 		bad("HotKeys must not be negative, got %d", o.HotKeys)

@@ -153,7 +153,7 @@ type counters struct {
 	leaseAcquired, leaseContended, leaseWaitTimeouts                  stripedCounter
 	leaseExtended, leaseLost, wokenByPush, wokenByPoll                stripedCounter
 	fencedWrites, shed, remoteErrors, decodeErrors, encodeErrors      stripedCounter
-	remoteWaits, revalidations, aheadRefreshes                        stripedCounter
+	remoteWaits, revalidations, aheadRefreshes, hotSample             stripedCounter
 }
 
 // got counts how a Get was answered.
@@ -163,6 +163,9 @@ func (c *Cache[V]) got(key string, r GetResult) {
 	}
 	switch r {
 	case ResultHit:
+		if c.hot != nil && uint64(c.st.hotSample.add(1))*golden>>(64-hotSampleBits) == 0 {
+			c.hot.Add(key, topk.Counts{Traffic: 1 << hotSampleBits})
+		}
 		if !c.cfg.DisableStats {
 			n := c.st.hits.add(1)
 			// One hit in 256 of a stripe, on average, is handed to the hot-key
@@ -174,13 +177,18 @@ func (c *Cache[V]) got(key string, r GetResult) {
 		}
 	case ResultStale:
 		c.countStale(key)
+		c.hot.Add(key, topk.Counts{Traffic: 1})
 	case ResultMiss:
 		c.st.misses.add(1)
 		if c.top != nil {
 			c.top.Add(key, topk.Counts{Traffic: 1, Misses: 1})
 		}
+		c.hot.Add(key, topk.Counts{Traffic: 1})
 	}
 }
+
+// hotSampleBits sets the sampling of hits for RefreshAheadHot: 1 in 16.
+const hotSampleBits = 4
 
 // hitSampleBits sets the hot-key tracker's sampling of hits: 1 in 256.
 const hitSampleBits = 8
