@@ -318,3 +318,57 @@ func TestFleetRefreshingReplicaAttemptsOnce(t *testing.T) {
 		}
 	})
 }
+
+// gatedAcquires, once gating is set, counts every Acquire and holds it
+// until gate is closed.
+type gatedAcquires struct {
+	*memory.Remote
+	gating atomic.Bool
+	gate   chan struct{}
+	n      atomic.Int64
+}
+
+func (a *gatedAcquires) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+	if !a.gating.Load() {
+		return a.Remote.Acquire(ctx, key, ttl, after)
+	}
+	a.n.Add(1)
+	select {
+	case <-a.gate:
+	case <-ctx.Done():
+		return herd.Grant{}, ctx.Err()
+	}
+	return a.Remote.Acquire(ctx, key, ttl, after)
+}
+
+// Two copies of one key on a replica (one re-read from the Store past
+// NearTTL while the other's refresh is still asking for the lease) start
+// one refresh between them: one lease attempt, not one per copy.
+func TestOneRefreshPerKeyAcrossCopies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		gated := &gatedAcquires{Remote: r, gate: make(chan struct{})}
+		b := fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = gated })
+		fleetStaleSetup(t, a, b, "k")
+		synctest.Wait()
+		gated.gating.Store(true)
+
+		fleetMustGet(t, b, "k", fleetValue(2), 1) // the first copy's refresh asks for the lease
+		synctest.Wait()
+		time.Sleep(fleetNear) // past NearTTL: the next read re-reads a second copy
+		fleetMustGet(t, b, "k", fleetValue(2), 1)
+		synctest.Wait()
+		fleetMustGet(t, b, "k", fleetValue(2), 1) // a stale read of the second copy
+		synctest.Wait()
+		if n := gated.n.Load(); n != 1 {
+			t.Errorf("%d lease attempts while the first is answered, want 1", n)
+		}
+		if st := b.Stats(); st.Revalidations == 0 {
+			t.Error("no second copy was read from the Store")
+		}
+		close(gated.gate)
+		synctest.Wait()
+		fleetMustGet(t, b, "k", nil, 2)
+	})
+}

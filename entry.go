@@ -188,6 +188,34 @@ type genStripe struct {
 	// to when that holder's lease ends (Unix nanoseconds); guarded by mu, nil
 	// until first used. Expired keys are swept as new ones are added.
 	heldUntil map[string]int64
+	// refreshing holds the keys a background refresh runs for; guarded by
+	// mu, nil until first used. Two copies of one key (one re-read from the
+	// Store while the other is refreshed) start one refresh between them.
+	refreshing map[string]struct{}
+}
+
+// startRefresh claims key's one background refresh and reports whether it
+// did; a claim is ended by endRefresh.
+func (g *generations) startRefresh(key string) bool {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.refreshing[key]; ok {
+		return false
+	}
+	if s.refreshing == nil {
+		s.refreshing = make(map[string]struct{})
+	}
+	s.refreshing[key] = struct{}{}
+	return true
+}
+
+// endRefresh ends the claim startRefresh made.
+func (g *generations) endRefresh(key string) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.refreshing, key)
 }
 
 func (g *generations) stripe(key string) *genStripe {

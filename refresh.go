@@ -28,9 +28,14 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 	if load == nil || !e.refreshing.CompareAndSwap(false, true) {
 		return
 	}
+	if !c.gens.startRefresh(key) {
+		e.refreshing.Store(false) // another copy of key is being refreshed
+		return
+	}
 	c.mu.RLock()
 	if c.closed.Load() {
 		c.mu.RUnlock()
+		c.gens.endRefresh(key)
 		return
 	}
 	c.bg.Add(1)
@@ -40,6 +45,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 	c.cfg.Executor(func() {
 		defer c.bg.Done()
 		c.runRefresh(bctx, key, load, e)
+		c.gens.endRefresh(key)
 		// Let a later reader try again if this refresh did not replace e.
 		e.refreshing.Store(false)
 	})
