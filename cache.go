@@ -96,19 +96,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	c.flights.OnJoin = func(string) { c.st.coalesced.add(1) }
 	c.brk.threshold = int32(cfg.BreakerThreshold)
 	c.brk.cooldown = cfg.BreakerCooldown
-	c.brk.onChange = func(open bool) {
-		if !open {
-			c.trustFloor.Store(c.clk.now())
-		}
-		if c.recorder != nil {
-			c.recorder.RecordBreaker(open)
-		}
-		if open {
-			c.event(EventBreakerOpened, "", nil)
-		} else {
-			c.event(EventBreakerClosed, "", nil)
-		}
-	}
+	c.brk.onChange = c.breakerChanged
 	if cfg.HotKeys > 0 && !cfg.DisableStats {
 		c.top = topk.New(cfg.HotKeys)
 	}
@@ -139,6 +127,23 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 		c.pins.scan = time.AfterFunc(cfg.SoftTTL, c.scanHot)
 	}
 	return c, nil
+}
+
+// breakerChanged reports the breaker opening or closing; once it closes,
+// local copies put before are re-read from the Store before being served as
+// fresh.
+func (c *Cache[V]) breakerChanged(open bool) {
+	if !open {
+		c.trustFloor.Store(c.clk.now())
+	}
+	if c.recorder != nil {
+		c.recorder.RecordBreaker(open)
+	}
+	if open {
+		c.event(EventBreakerOpened, "", nil)
+	} else {
+		c.event(EventBreakerClosed, "", nil)
+	}
 }
 
 // noClock is the local tier's clock: it evicts by size only and never needs
