@@ -482,6 +482,10 @@ func (l *expiryLog) expiries(soft time.Duration, from, to time.Time) []time.Time
 	var out []time.Time
 	var freshUntil time.Time
 	gap := func(at time.Time) {
+		// Redis holds a soft expiry to the millisecond, truncated, so a
+		// replica that read the value finds it stale up to a millisecond
+		// before the loader's clock says: an expiry begins expirySlack early.
+		at = at.Add(-expirySlack)
 		if !at.Before(from) && at.Before(to) {
 			out = append(out, at)
 		}
@@ -499,6 +503,10 @@ func (l *expiryLog) expiries(soft time.Duration, from, to time.Time) []time.Time
 	}
 	return out
 }
+
+// expirySlack is how much earlier than the loader's end plus the soft TTL
+// an expiry is taken to begin: more than the millisecond Redis truncates.
+const expirySlack = 5 * time.Millisecond
 
 // expiryRound is what happened from one soft expiry to the next.
 type expiryRound struct {
