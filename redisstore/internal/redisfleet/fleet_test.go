@@ -257,17 +257,20 @@ func TestHolderCrashTakeover(t *testing.T) {
 	defer crashed.Close(context.Background())
 	key := herd.Key("crash")
 
-	acquired := make(chan time.Time, 1)
+	acquired := make(chan struct{})
 	never := make(chan struct{})
 	defer close(never)
+	// The crashed holder's lease is taken after t0 and runs out a lease TTL
+	// later: B cannot load sooner than that after t0.
+	t0 := time.Now()
 	go func() {
 		_, _ = crashed.Get(context.Background(), key, func(ctx context.Context) (string, error) {
-			acquired <- time.Now()
+			close(acquired)
 			<-never
 			return "", errors.New("crashed")
 		})
 	}()
-	t0 := <-acquired
+	<-acquired
 	var took time.Duration
 	v, err := b.cache.Get(context.Background(), key, func(ctx context.Context) (string, error) {
 		took = time.Since(t0)
