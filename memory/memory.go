@@ -16,7 +16,7 @@ import (
 )
 
 // subscribeQueue is how many notices a subscription queues for a slow fn
-// before it replaces them with one ("", 0) notice: drop everything.
+// before it replaces them with one zero Notice: drop everything.
 const subscribeQueue = 1024
 
 // Fences expire as redisstore's fence keys do: max(the value's ttl, the
@@ -522,10 +522,9 @@ func (r *Remote) notify(key string, fence uint64, dropped bool) {
 // Subscribe calls fn, on one goroutine per subscription and in order, with
 // each change of a key: a write, a Set or an Invalidate (Dropped), under the
 // fence of that change (refused writes are not announced), until stop is
-// called. Writers
-// never wait for fn: each subscription queues up to 1024 notices, and when a
-// slow fn lets the queue fill, the queued notices are replaced by a single
-// ("", 0) notice (drop everything).
+// called. Writers never wait for fn: each subscription queues up to 1024
+// notices, and when a slow fn lets the queue fill, the queued notices are
+// replaced by a single zero Notice (drop everything).
 //
 // stop drops the notices still queued, waits until fn has returned and the
 // goroutine has exited, and may be called more than once; it must not be

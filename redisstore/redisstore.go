@@ -86,7 +86,7 @@ const (
 )
 
 // subscribeQueue is how many notices a subscription queues for a slow fn
-// before it replaces them with one ("", 0) notice: drop everything.
+// before it replaces them with one zero Notice: drop everything.
 const subscribeQueue = 1024
 
 // ErrClosed is returned, wrapped, by calls on a Remote after Close.
