@@ -47,9 +47,6 @@ type Cache[V any] struct {
 	queueDur histogram // limiter queue waits
 	keyLoads keyLoads
 	top      *topk.Tracker // nil: no hot-key tracking
-	// urgent holds the keys whose refresh waits for, or runs in, a slot
-	// taken at High priority.
-	urgent sync.Map
 	// trustFloor is when the local tier last lost its claim to be current
 	// (Unix ns): a missed change notice, or the breaker closing. Local entries
 	// put before it are re-read from the Store before being served as fresh.

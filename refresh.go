@@ -56,7 +56,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 // lease attempt; then the load, in a flight that misses of key join. A
 // refresh that finds a flight of key running leaves the load to it.
 func (c *Cache[V]) runRefresh(ctx context.Context, key string, load LoadFunc[V], old *entry[V]) {
-	release, ok := c.refreshSlot(ctx, key, old)
+	release, ok := c.refreshSlot(ctx, old)
 	if !ok {
 		return
 	}
@@ -89,14 +89,14 @@ func (c *Cache[V]) backOff(old *entry[V], d time.Duration) {
 // refresh shed that way backs off for the longer of RefreshBackoff and the
 // limiter's RetryAfter, but never past the middle of old's stale window:
 // from there on its refresh waits for a slot at High priority.
-func (c *Cache[V]) refreshSlot(ctx context.Context, key string, old *entry[V]) (release func(), ok bool) {
+func (c *Cache[V]) refreshSlot(ctx context.Context, old *entry[V]) (release func(), ok bool) {
 	l := c.cfg.Limiter
 	if l == nil {
 		return func() {}, true
 	}
 	now := c.clk.now()
 	if old.shed.Load() && now >= old.midStale() {
-		return c.urgentSlot(ctx, l, key, old)
+		return c.urgentSlot(ctx, l, old)
 	}
 	if l.TryAcquireBackground() {
 		return l.Release, true
@@ -109,12 +109,9 @@ func (c *Cache[V]) refreshSlot(ctx context.Context, key string, old *entry[V]) (
 
 // urgentSlot waits for a limiter slot at High priority, for a refresh that
 // was shed until half of its stale window passed, so that it takes the next
-// released slot. One such refresh of a key waits or runs at a time.
-func (c *Cache[V]) urgentSlot(ctx context.Context, l *limiter.Limiter, key string, old *entry[V]) (release func(), ok bool) {
-	if _, busy := c.urgent.LoadOrStore(key, struct{}{}); busy {
-		c.backOff(old, 0)
-		return nil, false
-	}
+// released slot. It runs under key's refresh claim (startRefresh), so one
+// such refresh of a key waits or runs at a time.
+func (c *Cache[V]) urgentSlot(ctx context.Context, l *limiter.Limiter, old *entry[V]) (release func(), ok bool) {
 	actx, cancel := context.WithTimeout(limiter.WithPriority(ctx, limiter.High), c.cfg.LoadTimeout)
 	stop := context.AfterFunc(c.closeCtx, cancel)
 	start := time.Now()
@@ -123,7 +120,6 @@ func (c *Cache[V]) urgentSlot(ctx context.Context, l *limiter.Limiter, key strin
 	stop()
 	cancel()
 	if err != nil {
-		c.urgent.Delete(key)
 		var oe *limiter.OverloadError
 		if errors.As(err, &oe) {
 			c.shed(oe.Reason, true)
@@ -131,10 +127,7 @@ func (c *Cache[V]) urgentSlot(ctx context.Context, l *limiter.Limiter, key strin
 		c.backOff(old, l.RetryAfter())
 		return nil, false
 	}
-	return func() {
-		l.Release()
-		c.urgent.Delete(key)
-	}, true
+	return l.Release, true
 }
 
 // refreshLease is a refresh's one lease attempt, made before its flight. It
