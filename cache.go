@@ -36,8 +36,10 @@ type Cache[V any] struct {
 	reads flight.Group[string, remoteRead[V]]
 	gens  generations
 	clk   clock
-	st    counters
-	brk   breaker
+	// hitClk is the clock of the hit path; it reads clk.
+	hitClk coarseClock
+	st     counters
+	brk    breaker
 
 	recorder Recorder      // nil: none
 	tracer   Tracer        // nil: no spans
@@ -87,6 +89,10 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 		cfg:        cfg,
 		clk:        newClock(),
 		jitterDraw: rand.Float64,
+	}
+	c.hitClk = coarseClock{precise: &c.clk, stop: make(chan struct{})}
+	if !cfg.PreciseClock {
+		c.hitClk.res = coarseResolution(cfg.SoftTTL, cfg.NearTTL, cfg.NegativeTTL)
 	}
 	c.flights.Timeout = cfg.LoadTimeout
 	c.reads.Timeout = cfg.LoadTimeout
@@ -217,26 +223,55 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 		return zero, ErrClosed
 	}
 	if e, ok := c.local.GetIfPresent(key); ok {
-		now := c.clk.now()
-		if now < e.hard && c.servable(ctx, key, e, now) {
-			if c.hot != nil && !e.read.Load() {
-				e.read.Store(true)
-			}
-			if now < e.soft {
-				c.got(key, ResultHit)
-				if now >= e.soft-e.lead {
-					c.refresh(ctx, key, load, e, &c.st.earlyRefreshes)
-				}
-				return c.served(e)
-			}
-			if !c.noStale(opts) {
-				c.got(key, ResultStale)
-				c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
-				return c.served(e)
-			}
+		// The coarse clock's bound judges a value far from its expiries; one
+		// within a resolution of them is judged by the precise time.
+		if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
+			c.hit(key, e)
+			return c.served(e)
+		}
+		if c.hitNear(ctx, key, load, e, opts) {
+			return c.served(e)
 		}
 	}
 	return c.miss(ctx, key, load, c.resolve(opts))
+}
+
+// hitNear decides, by the precise time, whether a local entry near or past
+// one of its expiries is served: fresh (starting an early refresh when its
+// lead has come), or stale unless the call wants no stale value. When it is
+// not, the call is a miss.
+func (c *Cache[V]) hitNear(ctx context.Context, key string, load LoadFunc[V], e *entry[V], opts []CallOption) bool {
+	now := c.clk.now()
+	if now >= e.hard || !c.servable(ctx, key, e, now) {
+		return false
+	}
+	if now < e.soft {
+		c.hit(key, e)
+		if now >= e.soft-e.lead {
+			c.refresh(ctx, key, load, e, &c.st.earlyRefreshes)
+		}
+		return true
+	}
+	if c.noStale(opts) {
+		return false
+	}
+	c.markRead(e)
+	c.got(key, ResultStale)
+	c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
+	return true
+}
+
+// hit counts a fresh hit on e.
+func (c *Cache[V]) hit(key string, e *entry[V]) {
+	c.markRead(e)
+	c.got(key, ResultHit)
+}
+
+// markRead records that e was read, for RefreshAheadHot.
+func (c *Cache[V]) markRead(e *entry[V]) {
+	if c.hot != nil && !e.read.Load() {
+		e.read.Store(true)
+	}
 }
 
 // trusted reports whether a local entry may be served without asking the
@@ -438,6 +473,7 @@ func (c *Cache[V]) Close(ctx context.Context) error {
 		return nil
 	}
 	c.cancel()
+	close(c.hitClk.stop)
 	if c.unsubscribe != nil {
 		c.unsubscribe()
 	}

@@ -2,6 +2,7 @@ package herd
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,4 +34,78 @@ func addTime(t int64, d time.Duration) int64 {
 		return math.MinInt64
 	}
 	return t + int64(d)
+}
+
+// coarseClock is the clock of the hit path: while reads come, a goroutine
+// stores the time once per resolution and a read costs one atomic load. Its
+// bound is ahead of the precise clock by up to the resolution, and behind
+// it only while the goroutine is starved of CPU. The goroutine runs only while it is read: after
+// a tick with no read it stops, and the next read takes the precise time and
+// starts it again, so an idle cache wakes no one (and a testing/synctest
+// bubble can end once its readers have). The zero resolution reads the
+// precise clock every time.
+type coarseClock struct {
+	precise *clock
+	res     time.Duration
+	// now is the time of the last tick, or 0 while no goroutine ticks.
+	now atomic.Int64
+	// read is set by a read since the last tick.
+	read atomic.Bool
+	// ticking is held by the one goroutine that ticks.
+	ticking atomic.Bool
+	stop    chan struct{} // closed by Close
+}
+
+// bound returns a time no earlier than now, unless the ticking goroutine
+// is starved of CPU for longer than the resolution: the last tick's time
+// plus the resolution, or the precise time when no goroutine ticks.
+func (k *coarseClock) bound() int64 {
+	if t := k.now.Load(); t != 0 {
+		if !k.read.Load() {
+			k.read.Store(true)
+		}
+		return t + int64(k.res)
+	}
+	t := k.precise.now()
+	if k.res > 0 && k.ticking.CompareAndSwap(false, true) {
+		k.read.Store(true)
+		k.now.Store(t)
+		go k.tick()
+	}
+	return t
+}
+
+func (k *coarseClock) tick() {
+	t := time.NewTicker(k.res)
+	defer t.Stop()
+	defer k.ticking.Store(false)
+	defer k.now.Store(0)
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+		}
+		if !k.read.Swap(false) {
+			return
+		}
+		k.now.Store(k.precise.now())
+	}
+}
+
+// coarseResolution is the resolution of the hit path's clock when
+// [Options.ClockResolution] is zero: a thousandth of the shortest duration
+// an entry is judged by, between 1ms and 50ms, or the precise clock when
+// that duration is under 100ms.
+func coarseResolution(durations ...time.Duration) time.Duration {
+	shortest := time.Duration(math.MaxInt64)
+	for _, d := range durations {
+		if d > 0 {
+			shortest = min(shortest, d)
+		}
+	}
+	if shortest < 100*time.Millisecond {
+		return 0
+	}
+	return min(max(shortest/1000, time.Millisecond), 50*time.Millisecond)
 }

@@ -83,6 +83,17 @@ type Options[V any] struct {
 	// NegativeTTL is how long a load's [ErrNotFound] is remembered. Zero means
 	// never: every error, ErrNotFound included, reaches the next caller's load.
 	NegativeTTL time.Duration
+	// PreciseClock makes every hit read the precise time. Without it, when
+	// SoftTTL, NearTTL and NegativeTTL (those that are set) are all at least
+	// 100ms, a hit reads a clock that a goroutine advances once per
+	// thousandth of the shortest of them (between 1ms and 50ms) while the
+	// cache is read, and that stops when it is not. A value further than
+	// that from its expiries is judged by that clock, and one nearer by the
+	// precise time, so expiries stay exact. Only while the goroutine is
+	// starved of CPU for longer than its period may a hit serve a value as
+	// fresh, or as trusted, past its expiry, by at most how late the
+	// goroutine is. The TTLs a load sets are judged the same way.
+	PreciseClock bool
 
 	// LoadTimeout bounds each load (foreground or background), whatever its
 	// callers' contexts say, and each load's write-back to the Store. Zero
