@@ -71,13 +71,15 @@ func (c *Cache[V]) addPin(key string, load LoadFunc[V], hot bool) {
 	p.timer = time.AfterFunc(0, func() { c.look(key, p) })
 }
 
-// scanHot runs every soft TTL with RefreshAheadHot: the keys read most in
-// the last soft TTL become hot pins, in place of the hot pins that are no
-// longer among them, as far as MaxRefreshAhead allows; then the count
-// starts again.
+// scanHot runs every soft TTL while reads are counted: it shares the keys
+// read most with the fleet (ShareHotKeys), makes them hot pins in place of
+// the hot pins no longer among them, as far as MaxRefreshAhead allows
+// (RefreshAheadHot), and starts the count again.
 func (c *Cache[V]) scanHot() {
 	top := c.hot.Top()
 	c.hot.Reset()
+	c.shareHot(top[:min(len(top), c.cfg.ShareHotKeys)])
+	top = top[:min(len(top), c.cfg.RefreshAheadHot)]
 	want := make(map[string]bool, len(top))
 	for _, it := range top {
 		want[it.Key] = true

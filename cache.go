@@ -70,8 +70,8 @@ type Cache[V any] struct {
 	bg          sync.WaitGroup
 	unsubscribe func()
 	pins        pins[V]
-	// hot counts reads for RefreshAheadHot over each soft TTL; nil when it
-	// is off.
+	// hot counts reads for RefreshAheadHot and ShareHotKeys over each soft
+	// TTL; nil when both are off.
 	hot *topk.Tracker
 }
 
@@ -103,8 +103,8 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	if cfg.HotKeys > 0 && !cfg.DisableStats {
 		c.top = topk.New(cfg.HotKeys)
 	}
-	if cfg.RefreshAheadHot > 0 {
-		c.hot = topk.New(cfg.RefreshAheadHot)
+	if n := max(cfg.RefreshAheadHot, cfg.ShareHotKeys); n > 0 {
+		c.hot = topk.New(n)
 	}
 	if r := cfg.Recorder; r != nil {
 		c.recorder = r

@@ -1153,6 +1153,13 @@ func TestOptionsValidation(t *testing.T) {
 		{"LeaseWait -1", func(o *herd.Options[int]) { o.LeaseWait = -1 }, "LeaseWait"},
 		{"unknown OnLeaseHeld", func(o *herd.Options[int]) { o.OnLeaseHeld = herd.FailFast + 1 }, "OnLeaseHeld"},
 		{"BreakerCooldown 0 with threshold", func(o *herd.Options[int]) { o.BreakerThreshold = 3 }, "BreakerCooldown"},
+		{"MaxRefreshAhead -1", func(o *herd.Options[int]) { o.MaxRefreshAhead = -1 }, "MaxRefreshAhead"},
+		{"RefreshAheadHot -1", func(o *herd.Options[int]) { o.RefreshAheadHot = -1 }, "RefreshAheadHot"},
+		{"RefreshAheadHot above MaxRefreshAhead", func(o *herd.Options[int]) { o.RefreshAheadHot, o.MaxRefreshAhead = 2, 1 }, "MaxRefreshAhead"},
+		{"RefreshAheadHot without Load", func(o *herd.Options[int]) { o.RefreshAheadHot, o.MaxRefreshAhead = 1, 1 }, "needs Load"},
+		{"ShareHotKeys -1", func(o *herd.Options[int]) { o.ShareHotKeys = -1 }, "ShareHotKeys"},
+		{"ShareHotKeys without Store", func(o *herd.Options[int]) { o.ShareHotKeys = 20 }, "HotSet"},
+		{"ShareHotKeys with a Store that is no HotSet", func(o *herd.Options[int]) { o.Store = nopStore{}; o.ShareHotKeys = 20 }, "HotSet"},
 	}
 	// Every duration above MaxTTL, and at the largest Duration, is refused by
 	// name.

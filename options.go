@@ -200,6 +200,14 @@ type Options[V any] struct {
 	// misses and stale reads all), whether or not stats are on. It needs
 	// Load, and at most MaxRefreshAhead. Zero means none.
 	RefreshAheadHot int
+	// ShareHotKeys is how many of the keys this replica read most in each
+	// soft TTL it adds, at the end of that soft TTL, to the fleet's hot set
+	// in the Store, from which a new replica warms with [Cache.WarmHot].
+	// Reads are counted as for RefreshAheadHot. It needs a Store that
+	// implements [HotSet]; the set holds keys as they are given to Get, so
+	// keys that carry personal data end up in the Store as values do. Zero
+	// means none.
+	ShareHotKeys int
 
 	// Executor runs background refreshes. Nil means each runs on a new
 	// goroutine. It must not block the caller waiting on other tasks.
@@ -279,17 +287,7 @@ func (o *Options[V]) validate() (config[V], error) {
 	if o.Lease != nil && o.Store == nil {
 		bad("a Lease needs a Store")
 	}
-	if o.MaxRefreshAhead < 0 {
-		bad("MaxRefreshAhead must not be negative, got %d", o.MaxRefreshAhead)
-	}
-	switch {
-	case o.RefreshAheadHot < 0:
-		bad("RefreshAheadHot must not be negative, got %d", o.RefreshAheadHot)
-	case o.RefreshAheadHot > o.MaxRefreshAhead:
-		bad("RefreshAheadHot (%d) must not exceed MaxRefreshAhead (%d)", o.RefreshAheadHot, o.MaxRefreshAhead)
-	case o.RefreshAheadHot > 0 && o.Load == nil:
-		bad("RefreshAheadHot needs Load: hot keys are refreshed without a caller's loader")
-	}
+	errs = append(errs, o.hotKeyErrors()...)
 	if o.HotKeys < 0 {
 		bad("HotKeys must not be negative, got %d", o.HotKeys)
 	}
@@ -310,6 +308,32 @@ func (o *Options[V]) validate() (config[V], error) {
 		c.Executor = func(fn func()) { go fn() }
 	}
 	return c, errors.Join(errs...)
+}
+
+// hotKeyErrors checks the options of refresh-ahead and of the hot set.
+func (o *Options[V]) hotKeyErrors() []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("herd: "+format, args...))
+	}
+	if o.MaxRefreshAhead < 0 {
+		bad("MaxRefreshAhead must not be negative, got %d", o.MaxRefreshAhead)
+	}
+	switch {
+	case o.RefreshAheadHot < 0:
+		bad("RefreshAheadHot must not be negative, got %d", o.RefreshAheadHot)
+	case o.RefreshAheadHot > o.MaxRefreshAhead:
+		bad("RefreshAheadHot (%d) must not exceed MaxRefreshAhead (%d)", o.RefreshAheadHot, o.MaxRefreshAhead)
+	case o.RefreshAheadHot > 0 && o.Load == nil:
+		bad("RefreshAheadHot needs Load: hot keys are refreshed without a caller's loader")
+	}
+	switch _, ok := o.Store.(HotSet); {
+	case o.ShareHotKeys < 0:
+		bad("ShareHotKeys must not be negative, got %d", o.ShareHotKeys)
+	case o.ShareHotKeys > 0 && !ok:
+		bad("ShareHotKeys needs a Store that implements HotSet")
+	}
+	return errs
 }
 
 // durationErrors checks every duration field against its bounds: none is

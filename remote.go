@@ -119,3 +119,21 @@ type Notice struct {
 	// otherwise it stored one.
 	Dropped bool
 }
+
+// HotSet is implemented by a Store that keeps, for the whole fleet, the keys
+// its replicas read most, so that a new replica can load them before it
+// takes traffic ([Options.ShareHotKeys], [Cache.WarmHot]). Counts are kept
+// per period, numbered from the Unix epoch: AddHot
+// adds to the current period's, and Hot reads the current and the last, so
+// a key the fleet stopped reading leaves the set within two periods. A
+// limit, n or period that is not positive is an error that wraps
+// [ErrRejected] and changes nothing.
+type HotSet interface {
+	// AddHot adds reads, each key's number of reads on one replica, to the
+	// fleet's counts for the current period of the given length, and keeps
+	// the limit keys read most in that period.
+	AddHot(ctx context.Context, reads map[string]uint64, limit int, period time.Duration) error
+	// Hot returns up to n keys, the most read first, by the fleet's counts
+	// over the current and the last period of the given length.
+	Hot(ctx context.Context, n int, period time.Duration) ([]string, error)
+}

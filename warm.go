@@ -2,8 +2,12 @@ package herd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/herdcache/herd/internal/topk"
 )
 
 // WarmReport says what [Cache.Warm] did.
@@ -76,4 +80,48 @@ func (c *Cache[V]) Warm(ctx context.Context, keys []string, load func(ctx contex
 	}
 	wg.Wait()
 	return report
+}
+
+// WarmHot warms this replica with the keys the fleet reads most: up to n
+// keys of the Store's hot set ([HotSet]), which replicas fill with
+// [Options.ShareHotKeys], loaded as [Cache.Warm] loads them. A key that
+// another replica keeps in the Store is read from there, not loaded. Call
+// it before the replica takes traffic, with the SoftTTL the fleet uses: it
+// names the periods of the hot set. It loads nothing and fails when n is
+// not positive, when the Store keeps no hot set and when the set cannot be
+// read.
+func (c *Cache[V]) WarmHot(ctx context.Context, n int, load func(ctx context.Context, key string) (V, error)) (WarmReport, error) {
+	hs, ok := c.cfg.Store.(HotSet)
+	switch {
+	case c.closed.Load():
+		return WarmReport{}, ErrClosed
+	case !ok:
+		return WarmReport{}, errors.New("herd: WarmHot: the Store keeps no hot set (it is not a HotSet)")
+	case n <= 0:
+		return WarmReport{}, fmt.Errorf("herd: WarmHot: n must be positive, got %d", n)
+	}
+	keys, err := hs.Hot(ctx, n, c.cfg.SoftTTL)
+	c.remoteDone(ctx, err)
+	if err != nil {
+		return WarmReport{}, fmt.Errorf("herd: WarmHot: %w", err)
+	}
+	return c.Warm(ctx, keys, load), nil
+}
+
+// shareHot adds the reads of the keys read most to the fleet's hot set, in
+// the background; nothing when there are none, or while the breaker is open.
+func (c *Cache[V]) shareHot(top []topk.Item) {
+	if len(top) == 0 || c.closed.Load() || c.brk.open() {
+		return
+	}
+	reads := make(map[string]uint64, len(top))
+	for _, it := range top {
+		reads[it.Key] = it.Traffic
+	}
+	hs := c.cfg.Store.(HotSet)
+	c.goBackground(func() {
+		ctx, cancel := context.WithTimeout(c.closeCtx, c.cfg.LoadTimeout)
+		defer cancel()
+		c.remoteDone(ctx, hs.AddHot(ctx, reads, c.cfg.ShareHotKeys, c.cfg.SoftTTL))
+	})
 }

@@ -57,6 +57,9 @@ type Remote struct {
 	// subs holds the subscriptions that have not been stopped.
 	subs  map[*notify.Subscription]struct{}
 	stats Stats
+	// hot holds the hot set's counts by period (see AddHot); nil until the
+	// first call.
+	hot map[hotPeriod]map[string]float64
 }
 
 // entry is one key's state.
@@ -124,9 +127,9 @@ func (r *Remote) SetDown(err error) {
 	r.waits.WakeAll()
 }
 
-// Flush drops every value and lease, as a cache flush would, but keeps the
-// fences until they expire, so a write begun before the flush is still
-// refused after a newer acquisition. Subscribers and Wait-ers are not told,
+// Flush drops every value and lease and the hot set, as a cache flush
+// would, but keeps the fences until they expire, so a write begun before
+// the flush is still refused after a newer acquisition. Subscribers and Wait-ers are not told,
 // as with a Redis FLUSHALL.
 func (r *Remote) Flush() {
 	r.mu.Lock()
@@ -137,6 +140,7 @@ func (r *Remote) Flush() {
 		e.value, e.token = nil, ""
 		r.tidy(key, e)
 	}
+	r.hot = nil
 }
 
 // Stats returns a snapshot of the counters.

@@ -27,6 +27,10 @@
 //
 // Change and completion notices go out with classic PUBLISH on
 // <prefix>events, which reaches subscribers on every node of a Cluster.
+// The fleet's hot set ([herd.HotSet]) is one sorted set per period,
+// <prefix>hot:{hot}:<period ms>:<number>, numbered by the replicas' clocks,
+// trimmed to the keys read most and kept for three periods; all share one
+// hash slot.
 // Acquire treats a stored value that Go's decoder would refuse (an unknown
 // header, expiries out of order or past 2262-04-11, a fence at or above
 // 2^53) as absent, so it is reloaded once, under the fence. An error reply
@@ -124,8 +128,8 @@ func NewClient(o *redis.UniversalOptions) redis.UniversalClient {
 	return redis.NewUniversalClient(&c)
 }
 
-// Remote is a remote tier in Redis. It implements [herd.Store], [herd.Lease]
-// and [herd.Notifier] and is safe for concurrent use. Make it with [New] and
+// Remote is a remote tier in Redis. It implements [herd.Store], [herd.Lease],
+// [herd.Notifier] and [herd.HotSet] and is safe for concurrent use. Make it with [New] and
 // stop it with Close.
 type Remote struct {
 	client  redis.UniversalClient

@@ -38,7 +38,7 @@ const (
 // stores; a lease that expires leaves its fence current, so its holder can
 // still write until the fence advances (a tier may expire a fence, but not
 // sooner than its lease). When the Lease is a [herd.WriteReleaser], Run checks WriteRelease
-// too.
+// too, and when the Store is a [herd.HotSet], its counts.
 func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	for _, tc := range []struct {
 		name string
@@ -66,6 +66,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 		{"EmptyKey", testEmptyKey},
 		{"WriteRelease", testWriteRelease},
 		{"Notifier", testNotifier},
+		{"HotSet", testHotSet},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -837,4 +838,83 @@ func expect(t *testing.T, notices <-chan herd.Notice, want string, skip ...strin
 			t.Fatalf("no notice for %q within %v", want, deadline)
 		}
 	}
+}
+
+func testHotSet(t *testing.T, s herd.Store, _ herd.Lease) {
+	h, ok := s.(herd.HotSet)
+	if !ok {
+		t.Logf("%T does not implement herd.HotSet: nothing to check", s)
+		return
+	}
+	t.Logf("%T implements herd.HotSet", s)
+	ctx := context.Background()
+	hot := func(n int, period time.Duration) []string {
+		t.Helper()
+		keys, err := h.Hot(ctx, n, period)
+		if err != nil {
+			t.Fatalf("Hot(%d, %v): %v", n, period, err)
+		}
+		return keys
+	}
+	add := func(reads map[string]uint64, limit int, period time.Duration) {
+		t.Helper()
+		if err := h.AddHot(ctx, reads, limit, period); err != nil {
+			t.Fatalf("AddHot(%v, %d, %v): %v", reads, limit, period, err)
+		}
+	}
+	// samePeriods runs fn until it ran within one period boundary (so that
+	// every count it added is in the current or the last period).
+	samePeriods := func(period time.Duration, fn func(period time.Duration)) {
+		t.Helper()
+		for range 10 {
+			start := time.Now().UnixNano() / int64(period)
+			fn(period)
+			if time.Now().UnixNano()/int64(period)-start <= 1 {
+				return
+			}
+			period += time.Millisecond // counts of its own
+		}
+		t.Fatalf("ten tries each spanned more than one period of about %v", period)
+	}
+	// Every case has a period of its own, so its counts are its own.
+	t.Run("SumsReplicas", func(t *testing.T) {
+		samePeriods(2*time.Second+time.Millisecond, func(p time.Duration) {
+			add(map[string]uint64{"a": 5, "b": 3, "c": 1}, 10, p)
+			add(map[string]uint64{"b": 4, "d": 2}, 10, p)
+			if got, want := hot(10, p), []string{"b", "a", "d", "c"}; !slices.Equal(got, want) {
+				t.Errorf("Hot(10) = %q, want %q", got, want)
+			}
+			if got, want := hot(2, p), []string{"b", "a"}; !slices.Equal(got, want) {
+				t.Errorf("Hot(2) = %q, want %q", got, want)
+			}
+		})
+	})
+	t.Run("KeepsLimit", func(t *testing.T) {
+		samePeriods(2*time.Second+20*time.Millisecond, func(p time.Duration) {
+			add(map[string]uint64{"x1": 1, "x2": 2, "x3": 3, "x4": 4, "x5": 5}, 3, p)
+			if got, want := hot(10, p), []string{"x5", "x4", "x3"}; !slices.Equal(got, want) {
+				t.Errorf("Hot(10) after a limit of 3 = %q, want %q", got, want)
+			}
+		})
+	})
+	t.Run("Expires", func(t *testing.T) {
+		const p = shortTTL
+		for len(hot(1, p)) == 0 {
+			add(map[string]uint64{"old": 1}, 1, p)
+		}
+		// Two periods on, the period it was added in is no longer read.
+		eventually(t, "hot key forgotten", func() bool { return len(hot(1, p)) == 0 })
+	})
+	t.Run("BadInput", func(t *testing.T) {
+		for _, err := range []error{
+			h.AddHot(ctx, map[string]uint64{"k": 1}, 0, time.Second),
+			h.AddHot(ctx, map[string]uint64{"k": 1}, 1, 0),
+			func() error { _, err := h.Hot(ctx, 0, time.Second); return err }(),
+			func() error { _, err := h.Hot(ctx, 1, -time.Second); return err }(),
+		} {
+			if !errors.Is(err, herd.ErrRejected) {
+				t.Errorf("bad argument: %v, want an error wrapping herd.ErrRejected", err)
+			}
+		}
+	})
 }
