@@ -76,9 +76,11 @@ func RegisterMetrics(mp metric.MeterProvider, name string, s Source) (metric.Reg
 		requests = counter("herd.requests", "{request}", "Get calls by how they were answered (herd.result): hit, miss, "+
 			"stale (also counted as miss when a miss was answered stale), negative (also counted as hit or miss).")
 		remoteHits   = counter("herd.remote.hits", "{request}", "Fresh values read from the remote tier; also counted in herd.requests as hit.")
+		remoteWaits  = counter("herd.remote.waits", "{request}", "Get calls that waited on a read of the remote tier: no local copy, or one older than twice NearTTL.")
+		revalidate   = counter("herd.revalidations", "{read}", "Background reads of the remote tier that replaced a local copy past NearTTL or superseded by a change notice.")
 		loads        = counter("herd.loads", "{load}", "Calls of a load function (backing-store calls), by herd.outcome.")
 		coalesced    = counter("herd.coalesced", "{request}", "Callers that joined another caller's load instead of calling their own.")
-		refreshes    = counter("herd.refreshes", "{refresh}", "Background refreshes started, by herd.refresh.kind: early (XFetch) or stale.")
+		refreshes    = counter("herd.refreshes", "{refresh}", "Background refreshes started, by herd.refresh.kind: early (XFetch), stale or ahead (refresh-ahead).")
 		refreshFails = counter("herd.refresh.failures", "{refresh}", "Background refreshes whose load failed.")
 		staleIfError = counter("herd.stale_if_error", "{request}", "Stale values served because a load failed.")
 		concurrency  = gauge("herd.recompute.concurrency", "{load}", "The most loads of one key running at once now; above 1 only without coalescing.")
@@ -128,7 +130,7 @@ func RegisterMetrics(mp metric.MeterProvider, name string, s Source) (metric.Reg
 	}
 	result := by("herd.result", "hit", "miss", "stale", "negative")
 	outcome := by("herd.outcome", "ok", "error")
-	kind := by("herd.refresh.kind", "early", "stale")
+	kind := by("herd.refresh.kind", "early", "stale", "ahead")
 	lease := by("herd.lease.event", "acquired", "contended", "wait_timeout", "lost", "extended", "fenced_write")
 	wokenBy := by("herd.lease.woken_by", "push", "poll")
 	reason := by("herd.shed.reason", limiter.ReasonQueueTimeout, limiter.ReasonQueueFull, limiter.ReasonReserve)
@@ -141,11 +143,14 @@ func RegisterMetrics(mp metric.MeterProvider, name string, s Source) (metric.Reg
 		o.ObserveInt64(requests, st.StaleServed, result[2])
 		o.ObserveInt64(requests, st.NegativeHits, result[3])
 		o.ObserveInt64(remoteHits, st.RemoteHits, base)
+		o.ObserveInt64(remoteWaits, st.RemoteWaits, base)
+		o.ObserveInt64(revalidate, st.Revalidations, base)
 		o.ObserveInt64(loads, st.Loads-st.LoadErrors, outcome[0])
 		o.ObserveInt64(loads, st.LoadErrors, outcome[1])
 		o.ObserveInt64(coalesced, st.Coalesced, base)
 		o.ObserveInt64(refreshes, st.EarlyRefreshes, kind[0])
 		o.ObserveInt64(refreshes, st.StaleRefreshes, kind[1])
+		o.ObserveInt64(refreshes, st.AheadRefreshes, kind[2])
 		o.ObserveInt64(refreshFails, st.RefreshFailures, base)
 		o.ObserveInt64(staleIfError, st.StaleIfError, base)
 		o.ObserveInt64(concurrency, int64(st.KeyConcurrency), base)
@@ -190,7 +195,7 @@ func RegisterMetrics(mp metric.MeterProvider, name string, s Source) (metric.Reg
 			o.ObserveInt64(hotStale, clamp(k.Stale), a)
 		}
 		return nil
-	}, requests, remoteHits, loads, coalesced, refreshes, refreshFails, staleIfError, concurrency, concMax,
+	}, requests, remoteHits, remoteWaits, revalidate, loads, coalesced, refreshes, refreshFails, staleIfError, concurrency, concMax,
 		loadsActive, flights, leaseEvents, wakeups, inUse, limit, waiting, acquired, canceled, maxInUse, loadsShed, shed, shedByPrio,
 		remoteErrs, decodeErrs, encodeErrs, brkOpen, brkOpens, degraded, hotReqs, hotMisses, hotLoads, hotStale)
 }

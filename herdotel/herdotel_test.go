@@ -241,7 +241,7 @@ func TestEveryField(t *testing.T) {
 		Loads: 20, LoadErrors: 9, Coalesced: 10,
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
-		RemoteHits: 40, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
+		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
@@ -269,9 +269,12 @@ func TestEveryField(t *testing.T) {
 		{"herd.requests", attribute.String("herd.result", "negative"), 3},
 		{"herd.requests", attribute.String("herd.result", "stale"), 4},
 		{"herd.remote.hits", cache, 40},
+		{"herd.remote.waits", cache, 43},
+		{"herd.revalidations", cache, 44},
 		{"herd.stale_if_error", cache, 5},
 		{"herd.refreshes", attribute.String("herd.refresh.kind", "early"), 6},
 		{"herd.refreshes", attribute.String("herd.refresh.kind", "stale"), 7},
+		{"herd.refreshes", attribute.String("herd.refresh.kind", "ahead"), 45},
 		{"herd.refresh.failures", cache, 8},
 		{"herd.loads", attribute.String("herd.outcome", "error"), 9},
 		{"herd.loads", attribute.String("herd.outcome", "ok"), 11},
@@ -321,8 +324,8 @@ func TestEveryField(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.kv.Value.String(), got, c.want)
 		}
 	}
-	if n := len(ms); n != 32 {
-		t.Errorf("%d instruments observed, want 32", n)
+	if n := len(ms); n != 34 {
+		t.Errorf("%d instruments observed, want 34", n)
 	}
 }
 

@@ -110,6 +110,10 @@ var (
 		"result")
 	remoteHitsDesc = desc("herd_remote_hits_total",
 		"Fresh values read from the remote tier; also counted in herd_requests_total{result=\"hit\"}.")
+	remoteWaitsDesc = desc("herd_remote_waits_total",
+		"Get calls that waited on a read of the remote tier: no local copy, or one older than twice NearTTL.")
+	revalidationsDesc = desc("herd_revalidations_total",
+		"Background reads of the remote tier that replaced a local copy past NearTTL or superseded by a change notice, while readers were served the copy.")
 	loadsDesc = desc("herd_loads_total",
 		"Calls of a load function (backing-store calls), by outcome.", "outcome")
 	loadDurationDesc = desc("herd_load_duration_seconds",
@@ -117,7 +121,8 @@ var (
 	coalescedDesc = desc("herd_coalesced_total",
 		"Callers that joined another caller's load instead of calling their own.")
 	refreshesDesc = desc("herd_refreshes_total",
-		"Background refreshes started: early (XFetch decided to refresh a fresh value) or stale (a stale value was read).",
+		"Background refreshes started: early (a read came after the value's early-refresh instant), stale (a stale value was read) "+
+			"or ahead (refresh-ahead of a pinned or hot key).",
 		"kind")
 	refreshFailuresDesc = desc("herd_refresh_failures_total",
 		"Background refreshes whose load failed; the old value is kept until its hard TTL.")
@@ -187,7 +192,7 @@ var (
 )
 
 var allDescs = []*prometheus.Desc{
-	requestsDesc, remoteHitsDesc, loadsDesc, loadDurationDesc, coalescedDesc, refreshesDesc,
+	requestsDesc, remoteHitsDesc, remoteWaitsDesc, revalidationsDesc, loadsDesc, loadDurationDesc, coalescedDesc, refreshesDesc,
 	refreshFailuresDesc, staleIfErrorDesc, concurrencyDesc, concurrencyMaxDesc,
 	loadsRunningDesc, flightsDesc, leaseEventsDesc, leaseWakeupsDesc, leaseWaitDesc,
 	queueWaitDesc, limiterInUseDesc, limiterLimitDesc, limiterWaitingDesc,
@@ -232,12 +237,15 @@ func collect(ch chan<- prometheus.Metric, name string, st herd.Stats) {
 	count(requestsDesc, st.StaleServed, "stale")
 	count(requestsDesc, st.NegativeHits, "negative")
 	count(remoteHitsDesc, st.RemoteHits)
+	count(remoteWaitsDesc, st.RemoteWaits)
+	count(revalidationsDesc, st.Revalidations)
 	count(loadsDesc, st.Loads-st.LoadErrors, "ok")
 	count(loadsDesc, st.LoadErrors, "error")
 	ch <- histogram(loadDurationDesc, st.LoadDuration, name)
 	count(coalescedDesc, st.Coalesced)
 	count(refreshesDesc, st.EarlyRefreshes, "early")
 	count(refreshesDesc, st.StaleRefreshes, "stale")
+	count(refreshesDesc, st.AheadRefreshes, "ahead")
 	count(refreshFailuresDesc, st.RefreshFailures)
 	count(staleIfErrorDesc, st.StaleIfError)
 	gauge(concurrencyDesc, float64(st.KeyConcurrency))

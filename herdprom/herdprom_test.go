@@ -330,7 +330,7 @@ func fullStats() *fakeSource {
 		Loads: 20, LoadErrors: 9, Coalesced: 10,
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
-		RemoteHits: 40, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
+		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
@@ -366,9 +366,14 @@ func TestEveryField(t *testing.T) {
 		herd_requests_total{cache="c",result="stale"} 4
 		# TYPE herd_remote_hits_total counter
 		herd_remote_hits_total{cache="c"} 40
+		# TYPE herd_remote_waits_total counter
+		herd_remote_waits_total{cache="c"} 43
+		# TYPE herd_revalidations_total counter
+		herd_revalidations_total{cache="c"} 44
 		# TYPE herd_stale_if_error_total counter
 		herd_stale_if_error_total{cache="c"} 5
 		# TYPE herd_refreshes_total counter
+		herd_refreshes_total{cache="c",kind="ahead"} 45
 		herd_refreshes_total{cache="c",kind="early"} 6
 		herd_refreshes_total{cache="c",kind="stale"} 7
 		# TYPE herd_refresh_failures_total counter
@@ -460,8 +465,8 @@ func TestEveryField(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(withHelp(t, want))); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 55 {
-		t.Errorf("GatherAndCount = %d, %v; want 55 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 58 {
+		t.Errorf("GatherAndCount = %d, %v; want 58 series", n, err)
 	}
 }
 
@@ -478,8 +483,8 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(col); n != 55 {
-		t.Errorf("%d series linted, want 55", n)
+	if n := testutil.CollectAndCount(col); n != 58 {
+		t.Errorf("%d series linted, want 58", n)
 	}
 }
 
