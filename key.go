@@ -92,3 +92,35 @@ func RedactKey(key string) string {
 	h.Write([]byte(key))
 	return fmt.Sprintf("%s#%08x", ns, h.Sum32())
 }
+
+// SplitKey returns the namespace and parts that [Key] made key from, so that
+// a keyed loader ([Options.Load]) can read them back:
+// SplitKey(Key("users", "tenant-7", "42")) is "users", ["tenant-7" "42"], and
+// a key with no '|' has no parts (nil). A key that Key cannot return (a '\'
+// not followed by '|' or '\') is an error.
+func SplitKey(key string) (namespace string, parts []string, err error) {
+	var (
+		fields []string
+		b      strings.Builder
+	)
+	b.Grow(len(key))
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case keyEscape:
+			if i+1 == len(key) || key[i+1] != keySep && key[i+1] != keyEscape {
+				return "", nil, fmt.Errorf("herd: split key %q: the %q at byte %d escapes nothing", key, keyEscape, i)
+			}
+			i++
+			b.WriteByte(key[i])
+		case keySep:
+			fields = append(fields, b.String())
+			b.Reset()
+		default:
+			b.WriteByte(c)
+		}
+	}
+	if fields == nil {
+		return b.String(), nil, nil
+	}
+	return fields[0], append(fields[1:], b.String()), nil
+}

@@ -8,32 +8,10 @@ import (
 	"testing"
 )
 
-// splitKey decodes a key made by Key into its namespace and parts; ok is false
-// when key is not something Key can return. A key that has no '|' has no parts
-// (nil).
+// splitKey is SplitKey with ok for a nil error.
 func splitKey(key string) (namespace string, parts []string, ok bool) {
-	var fields []string
-	var cur []byte
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
-		case keyEscape:
-			if i+1 == len(key) || (key[i+1] != keySep && key[i+1] != keyEscape) {
-				return "", nil, false
-			}
-			i++
-			cur = append(cur, key[i])
-		case keySep:
-			fields = append(fields, string(cur))
-			cur = cur[:0]
-		default:
-			cur = append(cur, c)
-		}
-	}
-	fields = append(fields, string(cur))
-	if len(fields) == 1 {
-		return fields[0], nil, true
-	}
-	return fields[0], fields[1:], true
+	namespace, parts, err := SplitKey(key)
+	return namespace, parts, err == nil
 }
 
 // fieldsOf splits data into a namespace and parts: data[0] is the separator
@@ -247,4 +225,14 @@ func TestRedactKey(t *testing.T) {
 	if RedactKey(Key("u", "1")) == RedactKey(Key("u", "2")) {
 		t.Error("two keys of one namespace share a redacted form")
 	}
+}
+
+func ExampleSplitKey() {
+	ns, parts, err := SplitKey(Key("search", "tenant-7", "q=a|b"))
+	fmt.Println(ns, parts, err)
+	_, _, err = SplitKey(`users|\x`)
+	fmt.Println(err)
+	// Output:
+	// search [tenant-7 q=a|b] <nil>
+	// herd: split key "users|\\x": the '\\' at byte 6 escapes nothing
 }
