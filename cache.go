@@ -236,6 +236,29 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 	return c.miss(ctx, key, load, c.resolve(opts))
 }
 
+// GetIfPresent returns key's value when the local tier holds a fresh one
+// that Get would serve at once: before its soft expiry and, with a Store,
+// within the consistency contract's bound (trusted, or younger than
+// 2×NearTTL and not superseded by a change notice). It never loads, never
+// reads the Store and starts no refresh or revalidation, and Stats does not
+// count it. A stale value, a negative entry and a closed cache report
+// false.
+func (c *Cache[V]) GetIfPresent(key string) (V, bool) {
+	var zero V
+	e, ok := c.local.GetIfPresent(key)
+	if !ok || e.negative || c.closed.Load() {
+		return zero, false
+	}
+	if now := c.hitClk.bound(); now < e.soft && c.trusted(e, now) {
+		return e.value, true
+	}
+	now := c.clk.now()
+	if now >= e.soft || !c.trusted(e, now) && (e.superseded.Load() || !c.young(e, now)) {
+		return zero, false
+	}
+	return e.value, true
+}
+
 // hitNear decides, by the precise time, whether a local entry near or past
 // one of its expiries is served: fresh (starting an early refresh when its
 // lead has come), or stale unless the call wants no stale value. When it is
@@ -291,11 +314,18 @@ func (c *Cache[V]) servable(ctx context.Context, key string, e *entry[V], now in
 	if c.trusted(e, now) {
 		return true
 	}
-	if c.cfg.NearTTL == 0 || now >= addTime(e.near, c.cfg.NearTTL) || e.born <= c.trustFloor.Load() || c.brk.open() {
+	if !c.young(e, now) {
 		return false
 	}
 	c.revalidate(ctx, key, e)
 	return true
+}
+
+// young reports whether a local entry that is not trusted may still be
+// served while the Store is read again: it is younger than 2×NearTTL and
+// was put after the trust floor, and the breaker is closed.
+func (c *Cache[V]) young(e *entry[V], now int64) bool {
+	return c.cfg.NearTTL != 0 && now < addTime(e.near, c.cfg.NearTTL) && e.born > c.trustFloor.Load() && !c.brk.open()
 }
 
 // remoteDone records the outcome of a remote call for the breaker and the stats.

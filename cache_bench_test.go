@@ -36,8 +36,8 @@ func benchKeyList(n int) []string {
 	return keys
 }
 
-// benchHit compares a fresh hit in herd with otter's GetIfPresent under the
-// same expiry policy, for one value type and n present keys: otter with its
+// benchHit compares a fresh hit in herd (Get, and GetIfPresent) with
+// otter's GetIfPresent under the same expiry policy, for one value type and n present keys: otter with its
 // default (precise) clock, and with a CoarseClock of 1ms, the resolution
 // herd's hit clock takes for these TTLs.
 func benchHit[V any](b *testing.B, load herd.LoadFunc[V], v V, n int) {
@@ -58,6 +58,7 @@ func benchHit[V any](b *testing.B, load herd.LoadFunc[V], v V, n int) {
 		get  func(key string) bool
 	}{
 		{"herd", func(key string) bool { _, err := c.Get(ctx, key, load); return err == nil }},
+		{"herd-GetIfPresent", func(key string) bool { _, ok := c.GetIfPresent(key); return ok }},
 	}
 	for _, o := range []struct {
 		name  string
