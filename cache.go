@@ -397,11 +397,22 @@ func (c *Cache[V]) noticed(n Notice) {
 // fencing out every load of key that began before it: in this process
 // always, on other replicas when the cache has a Lease.
 func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
+	return c.SetWithTTL(ctx, key, v, c.cfg.SoftTTL, c.cfg.HardTTL)
+}
+
+// SetWithTTL is Set with the soft and hard TTL of this value (jittered as
+// configured) in place of the cache's; a hard TTL below the soft one means
+// no stale window. A soft TTL that is not positive or either TTL above
+// [MaxTTL] is an error, and nothing is stored.
+func (c *Cache[V]) SetWithTTL(ctx context.Context, key string, v V, soft, hard time.Duration) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	if soft <= 0 || soft > MaxTTL || hard > MaxTTL {
+		return fmt.Errorf("herd: set %q: TTLs %v and %v: the soft TTL must be positive and neither above MaxTTL (%v)", key, soft, hard, MaxTTL)
+	}
 	now := c.clk.now()
-	soft, hard := c.cfg.jitter.Pair(c.cfg.SoftTTL, c.cfg.HardTTL, c.jitterDraw())
+	soft, hard = c.cfg.jitter.Pair(soft, max(hard, soft), c.jitterDraw())
 	e := &entry[V]{value: v, soft: addTime(now, soft), hard: addTime(now, hard)}
 	var env []byte
 	if c.cfg.Store != nil {
