@@ -103,11 +103,12 @@ func labUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: herd lab [flags]
 
 Runs every scenario under every layer of protection, one rung of the ladder
-at a time (none → coalescing → lease → xfetch → swr → jitter → limiter, each
-adding one layer), and prints origin calls, calls per expiry, peak origin
-concurrency and client latency per run. The remote tier is an in-process
-store shared by the replicas unless --redis or --spawn-redis is given; the
-backing store is simulated unless --origin-postgres is given.
+at a time (none → coalescing → lease → xfetch → swr → jitter → limiter →
+ahead, each adding one layer; ahead, refresh-ahead of the hottest keys,
+takes over from xfetch), and prints origin calls, calls per expiry, peak
+origin concurrency and client latency per run. The remote tier is an
+in-process store shared by the replicas unless --redis or --spawn-redis is
+given; the backing store is simulated unless --origin-postgres is given.
 
 Flags set explicitly override those of --quick and --preset.
 

@@ -14,6 +14,14 @@ type measures struct {
 	// hot-key: the largest number of calls in one expiry, fleet-wide and
 	// for one replica.
 	maxPerExpiry, maxPerReplicaExpiry int
+	// hot-key: loads per soft TTL after warm-up, fleet-wide; the stale
+	// serves that came before the refresh that replaced their value had
+	// begun, and the late refreshes, whose value reached a replica only
+	// after the old one expired; the refreshes started ahead of expiry
+	// (Stats.AheadRefreshes).
+	loadsPerTTL                       float64
+	staleBeforeRefresh, lateRefreshes int
+	aheadRefreshes                    int64
 	// flush, cold-start: the largest number of calls for one key since the
 	// flush or start, fleet-wide and for one replica.
 	maxPerKey, maxPerReplicaKey int
@@ -74,7 +82,9 @@ func (e *runEnv) analyze() *measures {
 
 	for _, rep := range e.reps {
 		for _, c := range rep.caches() {
-			r.StaleServed += c.Stats().StaleServed
+			st := c.Stats()
+			r.StaleServed += st.StaleServed
+			m.aheadRefreshes += st.AheadRefreshes
 		}
 	}
 
@@ -106,11 +116,14 @@ func (e *runEnv) analyze() *measures {
 		// An expiry whose first call came too late for its stampede to be
 		// seen whole is left out.
 		last := e.trafficEnd - 2*e.o.Latency.Mean()
+		all := episodes(counted)
+		var measured [][]Call
 		var n int
-		for _, ep := range episodes(counted) {
+		for _, ep := range all {
 			if ep[0].Start > last {
 				continue
 			}
+			measured = append(measured, ep)
 			r.Expiries++
 			n += len(ep)
 			m.maxPerExpiry = max(m.maxPerExpiry, countLoads(ep))
@@ -121,8 +134,26 @@ func (e *runEnv) analyze() *measures {
 		if r.Expiries > 0 {
 			r.CallsPerExpiry = float64(n) / float64(r.Expiries)
 		}
+		// The warm-up's value was written as the counting began.
+		m.loadsPerTTL = loadsPerTTL(measured, e.countFrom, e.ttl)
+		// RefreshAheadHot finds the hot key over the caches' first soft TTL,
+		// which may end after the warm-up's value is due for its refresh:
+		// stale serves count once that refresh's value has reached every
+		// replica, which each does within its NearTTL.
+		if len(all) > 0 {
+			slack := e.nearTTL()
+			m.staleBeforeRefresh, m.lateRefreshes = staleByRefresh(e.stale.times(), all, lastEnd(all[0])+slack, slack)
+		}
 		extra["max_calls_per_expiry"] = float64(m.maxPerExpiry)
 		extra["max_calls_per_replica_per_expiry"] = float64(m.maxPerReplicaExpiry)
+		extra["loads_per_ttl"] = m.loadsPerTTL
+		if e.rung >= rung("swr") { // below it nothing is served stale
+			extra["stale_before_refresh"] = float64(m.staleBeforeRefresh)
+			extra["late_refreshes"] = float64(m.lateRefreshes)
+		}
+		if e.rung >= rung("ahead") {
+			extra["ahead_refreshes"] = float64(m.aheadRefreshes)
+		}
 	case "flush", "cold-start":
 		from := e.flushAt
 		if e.p.scenario == "cold-start" {
@@ -185,6 +216,83 @@ func (e *runEnv) analyze() *measures {
 	}
 	r.Extra = extra
 	return m
+}
+
+// lastEnd returns when the last call of ep that is done ended.
+func lastEnd(ep []Call) time.Duration {
+	var t time.Duration
+	for _, c := range ep {
+		if c.Done {
+			t = max(t, c.End)
+		}
+	}
+	return t
+}
+
+// loadsPerTTL returns the loads of eps, the expiry events after warm-up in
+// start order, per soft TTL (ttl) of the time from the end of the warm-up's
+// load (from) to the end of the last event: each event replaces the value
+// of the one before, so one load per event and values that live a whole
+// TTL make 1. Zero without an event.
+func loadsPerTTL(eps [][]Call, from, ttl time.Duration) float64 {
+	if len(eps) == 0 {
+		return 0
+	}
+	span := lastEnd(eps[len(eps)-1]) - from
+	if span <= 0 {
+		return 0
+	}
+	n := 0
+	for _, ep := range eps {
+		n += countLoads(ep)
+	}
+	return float64(n) * float64(ttl) / float64(span)
+}
+
+// staleByRefresh sorts the stale serves at the times in at, from time from
+// on, by the refresh that replaced their value, among the expiry events eps
+// (in start order). before counts the serves that came before it had begun:
+// when no event was running, nor had ended within slack (the time a replica
+// may take to pick up a value another replica wrote). late counts the events
+// that some serve came during or within slack after: refreshes whose value
+// reached a replica only after the old one expired. A refresh that starts
+// before its value's soft expiry leaves
+// nothing before it, however long its load runs; one that a stale read
+// starts leaves that read.
+func staleByRefresh(at []time.Duration, eps [][]Call, from, slack time.Duration) (before, late int) {
+	during := make([]bool, len(eps))
+	for _, t := range at {
+		if t < from {
+			continue
+		}
+		// The last event that began at or before t.
+		i, _ := slices.BinarySearchFunc(eps, t, func(ep []Call, t time.Duration) int {
+			if ep[0].Start <= t {
+				return -1
+			}
+			return 1
+		})
+		if i == 0 || !covers(eps[i-1], t, slack) {
+			before++
+			continue
+		}
+		if !during[i-1] {
+			during[i-1] = true
+			late++
+		}
+	}
+	return before, late
+}
+
+// covers reports whether t falls within ep or within slack after its end; an
+// event with a call not yet done never ends.
+func covers(ep []Call, t, slack time.Duration) bool {
+	for _, c := range ep {
+		if !c.Done {
+			return true
+		}
+	}
+	return t <= lastEnd(ep)+slack
 }
 
 // waited reports whether request q waited for the backing store: it failed
@@ -374,6 +482,34 @@ var noWait = promise{
 	},
 }
 
+// maxLoadsPerTTL bounds refresh-ahead's loads per soft TTL in hot-key. It
+// replaces each value a load's duration and a fifth before it expires:
+// about 1.05 loads per TTL for loads a fifth (--quick) or a quarter (the
+// defaults) of the TTL, where XFetch's earlier refreshes make about 1.3 and
+// 1.5. Over the two or three values a --quick run measures, TTL jitter
+// (±10%) and load times (±20%) spread it by about 0.05 either way.
+const maxLoadsPerTTL = 1.2
+
+// aheadLoads and aheadInTime are refresh-ahead's promises in hot-key.
+var aheadLoads = promise{
+	layer: "ahead",
+	text:  fmt.Sprintf("≤ %.1f loads per soft TTL fleet-wide after warm-up", maxLoadsPerTTL),
+	eval: func(m *measures) (string, bool) {
+		return fmt.Sprintf("%.2f over %d expiries", m.loadsPerTTL, m.run.Expiries),
+			m.loadsPerTTL <= maxLoadsPerTTL && m.run.Expiries > 0
+	},
+}
+
+var aheadInTime = promise{
+	layer: "ahead",
+	text:  "every refresh began before its value expired: no stale serve before its refresh began",
+	eval: func(m *measures) (string, bool) {
+		return fmt.Sprintf("%d stale serves before a refresh; %d late refreshes; %d refreshes ahead",
+				m.staleBeforeRefresh, m.lateRefreshes, m.aheadRefreshes),
+			m.staleBeforeRefresh == 0 && m.aheadRefreshes > 0 && m.run.Expiries > 0
+	},
+}
+
 // promises lists the promises of each scenario.
 var promises = map[string][]promise{
 	"hot-key": {
@@ -395,6 +531,8 @@ var promises = map[string][]promise{
 		},
 		noWait,
 		limiterPromise,
+		aheadLoads,
+		aheadInTime,
 	},
 	"flush": {
 		{

@@ -110,6 +110,73 @@ func TestWaited(t *testing.T) {
 	}
 }
 
+// TestLoadsPerTTL checks the loads per soft TTL of hot-key: the loads of
+// the expiry events over the time from the warm-up's value to the last
+// event's end, in TTLs.
+func TestLoadsPerTTL(t *testing.T) {
+	ttl := 200 * time.Millisecond
+	// The warm-up's value was written at 40ms; each value replaced 190ms
+	// after the one before, with one load each: 3 loads in 570ms.
+	ahead := [][]Call{
+		{call(2, 1, 190, 230)},
+		{call(3, 0, 380, 420)},
+		{call(4, 2, 570, 610)},
+	}
+	if got, want := loadsPerTTL(ahead, 40*time.Millisecond, ttl), 3*200.0/570; math.Abs(got-want) > 1e-9 {
+		t.Errorf("loadsPerTTL = %v, want %v", got, want)
+	}
+	// Three replicas loading at each expiry, one of them failing: the
+	// failure is not a load.
+	failed := call(7, 2, 250, 290)
+	failed.Failed = true
+	eps := [][]Call{
+		{call(5, 0, 240, 280), call(6, 1, 245, 285), failed},
+		{call(8, 0, 480, 520), call(9, 1, 490, 530), call(10, 2, 495, 540)},
+	}
+	if got, want := loadsPerTTL(eps, 40*time.Millisecond, ttl), 5*200.0/500; math.Abs(got-want) > 1e-9 {
+		t.Errorf("loadsPerTTL with several loads per expiry = %v, want %v", got, want)
+	}
+	if got := loadsPerTTL(nil, 0, ttl); got != 0 {
+		t.Errorf("loadsPerTTL without an expiry = %v, want 0", got)
+	}
+}
+
+// TestStaleByRefresh checks which stale serves came before the refresh of
+// their value began, and which refreshes ran past their value's expiry.
+func TestStaleByRefresh(t *testing.T) {
+	ms := time.Millisecond
+	running := call(4, 0, 600, 0)
+	running.Done = false
+	eps := [][]Call{
+		{call(1, 0, 200, 240)},
+		{call(2, 1, 390, 440)},
+		{call(3, 2, 500, 540)},
+		{running},
+	}
+	slack := 10 * ms
+	for _, tc := range []struct {
+		name         string
+		at           []time.Duration
+		before, late int
+	}{
+		{"before the first refresh's end: not counted", []time.Duration{100 * ms, 239 * ms}, 0, 0},
+		{"while a refresh that began before runs late", []time.Duration{430 * ms, 439 * ms}, 0, 1},
+		{"within slack of its end, on a replica picking it up", []time.Duration{440 * ms, 450 * ms}, 0, 1},
+		{"past the slack, before the next refresh began", []time.Duration{451 * ms, 499 * ms}, 2, 0},
+		{"the stale read that starts a refresh, and those during it", []time.Duration{499 * ms, 500 * ms, 520 * ms}, 1, 1},
+		{"a refresh that has not ended yet", []time.Duration{5000 * ms}, 0, 1},
+		{"mixed, out of order", []time.Duration{599 * ms, 241 * ms, 300 * ms, 395 * ms, 241 * ms}, 2, 2},
+	} {
+		before, late := staleByRefresh(tc.at, eps, 240*ms, slack)
+		if before != tc.before || late != tc.late {
+			t.Errorf("%s: staleByRefresh = %d before, %d late; want %d, %d", tc.name, before, late, tc.before, tc.late)
+		}
+	}
+	if before, late := staleByRefresh([]time.Duration{300 * ms}, nil, 0, slack); before != 1 || late != 0 {
+		t.Errorf("a stale serve with no refresh at all: %d before, %d late; want 1, 0", before, late)
+	}
+}
+
 // TestChecksApply checks that a layer's promises apply to it and every rung
 // above it, variant promises only to their variant, and that each verdict
 // follows the measure.
@@ -159,6 +226,29 @@ func TestChecksApply(t *testing.T) {
 	for _, c := range checks(hot) {
 		if c.OK {
 			t.Errorf("hot-key/xfetch without any expiry passed %q: nothing was measured", c.Promise)
+		}
+	}
+
+	// Refresh-ahead's promises apply from its rung only.
+	hot.plan.layer, hot.run.Expiries = "limiter", 3
+	hot.loadsPerTTL, hot.staleBeforeRefresh, hot.aheadRefreshes = 1.3, 1, 0
+	if cs := checks(hot); len(cs) != 4 {
+		t.Errorf("hot-key/limiter: %d checks %v, want 4, none of refresh-ahead", len(cs), promisesOf(cs))
+	}
+	hot.plan.layer = "ahead"
+	cs = checks(hot)
+	if len(cs) != 6 || cs[4].OK || cs[5].OK || !strings.Contains(cs[4].Promise, "loads per soft TTL") ||
+		!strings.Contains(cs[5].Promise, "before its refresh began") {
+		t.Errorf("hot-key/ahead at 1.3 loads per TTL with a stale serve before a refresh: %+v, want the two refresh-ahead checks last, failed", cs)
+	}
+	hot.loadsPerTTL, hot.staleBeforeRefresh = 1.05, 0
+	if cs := checks(hot); !cs[4].OK || cs[5].OK {
+		t.Errorf("hot-key/ahead with no refresh ahead: %+v, want the loads check passed, the stale one failed (nothing refreshed ahead)", cs[4:])
+	}
+	hot.aheadRefreshes = 9
+	for _, c := range checks(hot) {
+		if !c.OK {
+			t.Errorf("hot-key/ahead at 1.05 loads per TTL, nothing stale before a refresh, 9 refreshes ahead: %q failed", c.Promise)
 		}
 	}
 }

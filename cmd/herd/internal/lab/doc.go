@@ -6,8 +6,9 @@
 // fleet, over one remote tier: a memory.Remote shared by all of them
 // (embedded), or one redisstore.Remote per replica on a real Redis. Every
 // rung uses the same remote tier, a NearTTL of 100ms (at most half the TTL,
-// so that the shared tier decides, as it does for separate processes), and
-// a breaker that opens after five failed remote calls. The rung then adds,
+// so that the shared tier decides, as it does for separate processes), a
+// breaker that opens after five failed remote calls, Options.Load, and a
+// Recorder that notes when a stale value is served. The rung then adds,
 // through herd's public options only:
 //
 //	none        DisableCoalescing, no Lease, Beta 0, HardTTL = SoftTTL, Jitter 0, no Limiter
@@ -18,6 +19,9 @@
 //	jitter      + Jitter 0.1
 //	limiter     + one limiter.Limiter per replica (each replica is a process):
 //	            4 slots, 1 reserved for misses, queue timeout half the client timeout
+//	ahead       + RefreshAheadHot and MaxRefreshAhead the hottest fifth of the keys (1 in hot-key),
+//	            in place of XFetch (Beta 0): XFetch refreshes a value at least as early as
+//	            refresh-ahead does, so with both on a key read this often never runs ahead
 //
 // # Load and backing store
 //
@@ -60,15 +64,38 @@
 // backing store when it was answered by a call that ended after it began,
 // or failed, and took at least a quarter of the mean recompute time.
 // Promises count loads: calls that did not fail (a drawn failure is retried
-// by design). Each layer's promises hold for it and every rung above it:
+// by design).
+//
+// Hot-key also measures how often and when values are replaced. Loads per
+// soft TTL are the loads of its expiries over the time from the warm-up's
+// value to the last expiry's end, in TTLs: 1 when each value is replaced
+// once and lives a whole TTL. Each stale serve the Recorder noted, from the
+// first expiry's end plus NearTTL on (RefreshAheadHot's tracker finds the
+// key over the caches' first soft TTL), is set against the expiry event
+// that ended it: one that came when no event was running, nor had ended
+// within NearTTL (the time a replica takes to pick up a value another
+// wrote), came before its refresh began; an event that stale serves came
+// during, or within NearTTL after, is a late refresh: its value reached a
+// replica only after the old one expired.
+//
+// Each layer's promises hold for it and every rung above it:
 //
 //	hot-key     coalescing: ≤ 1 load per replica per expiry; lease: 1 load per expiry;
-//	            xfetch (and swr): no client waited after warm-up
+//	            xfetch (and swr): no client waited after warm-up;
+//	            ahead: ≤ 1.2 loads per soft TTL after warm-up, and every refresh began
+//	            before its value expired (no stale serve before its refresh began)
 //	flush       coalescing: ≤ 1 load per replica per key; lease: ≤ 1 load per key
 //	cold-start  the same, and with warmup (every rung) no client waited on a warmed key
 //	node-kill   coalescing: ≤ 1 load per replica per key per expiry while down, and no
 //	            client error the backing store could have answered (shed requests aside)
 //	everywhere  limiter: peak backing-store concurrency ≤ 4 per replica
+//
+// Refresh-ahead starts each refresh a load's duration plus a fifth before
+// its value's soft expiry: about 1.05 loads per TTL where XFetch makes 1.3
+// to 1.5. A refresh whose load runs over 1.2× the last one's still ends
+// after the expiry, and a replica that has dropped the key from its hot
+// set picks up the refreshed value at its next read, so late refreshes do
+// serve some reads stale: the lab reports them and promises nothing there.
 //
 // For open-loop hot-key runs under none, coalescing and lease, [Predict]
 // sets the formula (replicas × rate × mean recompute, replicas, 1) beside

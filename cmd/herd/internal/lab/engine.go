@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,8 @@ type runEnv struct {
 	wg   sync.WaitGroup // request goroutines
 	mu   sync.Mutex
 	reqs []request // guarded by mu
+	// stale notes when each replica served a stale value at once.
+	stale *staleLog
 
 	// countFrom is when the counted backing-store calls begin, measureFrom
 	// when the measured requests begin, trafficEnd when arrivals stop.
@@ -147,6 +150,7 @@ func runOne(ctx context.Context, o *Options, b backend, query func(context.Conte
 			Query:       query,
 		}),
 	}
+	e.stale = &staleLog{origin: e.origin}
 	n := o.Keys
 	switch p.scenario {
 	case "hot-key":
@@ -322,9 +326,10 @@ func (e *runEnv) cacheOptions(r *replica) *herd.Options[string] {
 		SoftTTL:          e.ttl,
 		LoadTimeout:      4 * e.o.ClientTimeout,
 		Store:            r.store,
-		NearTTL:          min(nearTTL, e.o.TTL/2),
+		NearTTL:          e.nearTTL(),
 		BreakerThreshold: breakerThreshold,
 		BreakerCooldown:  min(breakerCooldown, e.o.TTL/2),
+		Recorder:         e.stale,
 		Load: func(ctx context.Context, key string) (string, error) {
 			k, _ := strconv.Atoi(key[1:])
 			id, err := e.origin.Call(ctx, k, r.id)
@@ -356,8 +361,19 @@ func (e *runEnv) cacheOptions(r *replica) *herd.Options[string] {
 	if e.rung >= rung("limiter") {
 		o.Limiter = r.limiter
 	}
+	if e.rung >= rung("ahead") {
+		// Refresh-ahead starts a refresh a load's duration plus a fifth
+		// before soft expiry, XFetch at least that early: with both on, a
+		// key read as often as these is refreshed by XFetch every time.
+		o.Beta = 0
+		o.MaxRefreshAhead = e.hot
+		o.RefreshAheadHot = e.hot
+	}
 	return o
 }
+
+// nearTTL is every replica's NearTTL: at most half the TTL.
+func (e *runEnv) nearTTL() time.Duration { return min(nearTTL, e.o.TTL/2) }
 
 func (e *runEnv) newCache(r *replica) (*herd.Cache[string], error) {
 	return herd.New(e.cacheOptions(r))
@@ -522,6 +538,37 @@ func (e *runEnv) get(ctx context.Context, rep *replica, key int) {
 	e.reqs = append(e.reqs, q)
 	e.mu.Unlock()
 }
+
+// staleLog is a herd.Recorder that notes when a stale value was served at
+// once, from the local tier or the Store, on any replica of a run. (A lease
+// loser served stale inside a load's flight is not reported to a Recorder
+// as stale; a load of the key is running then.)
+type staleLog struct {
+	origin *Origin
+	mu     sync.Mutex
+	at     []time.Duration // offsets from the run's start; guarded by mu
+}
+
+func (l *staleLog) RecordGet(r herd.GetResult) {
+	if r != herd.ResultStale {
+		return
+	}
+	t := l.origin.Since()
+	l.mu.Lock()
+	l.at = append(l.at, t)
+	l.mu.Unlock()
+}
+
+func (l *staleLog) times() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.at)
+}
+
+func (*staleLog) RecordLoad(time.Duration, error, bool)      {}
+func (*staleLog) RecordLease(herd.LeaseEvent, time.Duration) {}
+func (*staleLog) RecordShed(string, bool)                    {}
+func (*staleLog) RecordBreaker(bool)                         {}
 
 // sleepUntil waits until the origin's clock reads t; it reports false if
 // ctx ended first.

@@ -18,7 +18,8 @@ var Scenarios = []string{"hot-key", "flush", "node-kill", "cold-start"}
 
 // Layers are the rungs of the protection ladder, from none to all. Each rung
 // adds one layer to the rung below it: a run of "lease" has coalescing too.
-var Layers = []string{"none", "coalescing", "lease", "xfetch", "swr", "jitter", "limiter"}
+// The last, refresh-ahead, takes early refresh over from XFetch.
+var Layers = []string{"none", "coalescing", "lease", "xfetch", "swr", "jitter", "limiter", "ahead"}
 
 // ScenarioDocs describes each scenario in one line, for --list.
 var ScenarioDocs = map[string]string{
@@ -41,6 +42,8 @@ var LayerDocs = map[string]string{
 	"swr":        "+ stale-while-revalidate (HardTTL = 3×TTL; lease losers serve stale)",
 	"jitter":     "+ TTL jitter of ±10%",
 	"limiter":    "+ a backing-store limiter per replica (4 slots, 1 reserved for misses, queue timeout, shedding)",
+	"ahead": "+ refresh-ahead of the hottest fifth of the keys (RefreshAheadHot), refreshed on a timer shortly " +
+		"before soft expiry, in place of XFetch (Beta 0)",
 }
 
 // Presets are the named configurations of --preset, each reproducing a

@@ -102,6 +102,50 @@ func TestHotKeyLadder(t *testing.T) {
 	})
 }
 
+// TestHotKeyAhead runs hot-key under XFetch and under refresh-ahead, which
+// takes over from it: refresh-ahead replaces each value once, shortly
+// before it expires, so it loads less often per TTL than XFetch; every
+// refresh begins before its value expires, and no client waits.
+func TestHotKeyAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := small()
+		o.Scenarios = []string{"hot-key"}
+		o.Layers = []string{"xfetch", "ahead"}
+		s := runSuite(t, o)
+		runs := byLayer(s)
+		xf, ahead := runs["xfetch"], runs["ahead"]
+		if ahead.Expiries < 5 {
+			t.Fatalf("ahead: %d expiries measured, want at least 5", ahead.Expiries)
+		}
+		for _, c := range s.Checks {
+			if !c.OK {
+				t.Errorf("check failed: %+v", c)
+			}
+		}
+		if len(s.Checks) != 3+6 {
+			t.Errorf("%d checks, want 3 for xfetch and 6 for ahead", len(s.Checks))
+		}
+		// 200ms values replaced 60ms before they expire by 50ms loads: a
+		// value lives 190ms, longer when its refresh begins late (a
+		// replica may drop the key from its hot set for a soft TTL).
+		if got := ahead.Extra["loads_per_ttl"]; got > 1.15 || got < 0.85 {
+			t.Errorf("ahead: %.3f loads per TTL, want about 200/190", got)
+		}
+		if got := xf.Extra["loads_per_ttl"]; got <= ahead.Extra["loads_per_ttl"]+0.1 {
+			t.Errorf("xfetch: %.3f loads per TTL, want well above refresh-ahead's %.3f", got, ahead.Extra["loads_per_ttl"])
+		}
+		if ahead.WaitedOnOrigin != 0 || ahead.Errors != 0 {
+			t.Errorf("ahead: %d waited, %d errors; want none", ahead.WaitedOnOrigin, ahead.Errors)
+		}
+		if got := ahead.Extra["ahead_refreshes"]; got < float64(ahead.Expiries) {
+			t.Errorf("ahead: %v refreshes ahead over %d expiries, want at least one each", got, ahead.Expiries)
+		}
+		if _, ok := xf.Extra["ahead_refreshes"]; ok {
+			t.Error("xfetch reports refreshes ahead: refresh-ahead is off below its rung")
+		}
+	})
+}
+
 // TestMultiKeyScenarios runs flush, node-kill and cold-start with and
 // without the lease and checks what each promises.
 func TestMultiKeyScenarios(t *testing.T) {
