@@ -1,12 +1,12 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
-
-	"github.com/herdcache/herd/xfetch"
 )
 
 // Refresh-ahead: a pinned key is kept loaded and fresh on a timer, read or
@@ -72,9 +72,9 @@ func (c *Cache[V]) addPin(key string, load LoadFunc[V], hot bool) {
 }
 
 // scanHot runs every soft TTL while reads are counted: it shares the keys
-// read most with the fleet (ShareHotKeys), makes them hot pins in place of
-// the hot pins no longer among them, as far as MaxRefreshAhead allows
-// (RefreshAheadHot), and starts the count again.
+// read most with the fleet (ShareHotKeys), makes them hot pins, in place of
+// hot pins no longer among them where RefreshAheadHot or MaxRefreshAhead
+// allows no more, and starts the count again.
 func (c *Cache[V]) scanHot() {
 	top := c.hot.Top()
 	c.hot.Reset()
@@ -89,19 +89,45 @@ func (c *Cache[V]) scanHot() {
 	if c.closed.Load() {
 		return
 	}
+	// A hot pin outside the top keeps its place until a top key needs it:
+	// hits are sampled, so a key read at a modest rate may be missed by one
+	// count and still be read (look drops a pin whose copy went unread).
+	var spare []string
+	hot := 0
 	for key, p := range c.pins.m {
-		if p.hot && !want[key] {
-			p.timer.Stop()
-			delete(c.pins.m, key)
+		if p.hot {
+			hot++
+			if !want[key] {
+				spare = append(spare, key)
+			}
 		}
 	}
+	// The pins whose copy went unread give up their place first.
+	slices.SortFunc(spare, func(a, b string) int { return cmp.Compare(c.wasRead(a), c.wasRead(b)) })
 	for _, it := range top {
-		if _, ok := c.pins.m[it.Key]; ok || len(c.pins.m) >= c.cfg.MaxRefreshAhead {
+		if _, ok := c.pins.m[it.Key]; ok {
 			continue
 		}
+		if hot >= c.cfg.RefreshAheadHot || len(c.pins.m) >= c.cfg.MaxRefreshAhead {
+			if len(spare) == 0 {
+				continue
+			}
+			c.pins.m[spare[0]].timer.Stop()
+			delete(c.pins.m, spare[0])
+			spare, hot = spare[1:], hot-1
+		}
 		c.addPin(it.Key, c.loader(it.Key, nil), true)
+		hot++
 	}
 	c.pins.scan.Reset(c.cfg.SoftTTL)
+}
+
+// wasRead is 1 when key's local copy was read, else 0.
+func (c *Cache[V]) wasRead(key string) int {
+	if e, ok := c.local.GetIfPresent(key); ok && e.read.Load() {
+		return 1
+	}
+	return 0
 }
 
 // Unpin stops refreshing key ahead of its expiry; its value stays cached
@@ -191,12 +217,19 @@ func (c *Cache[V]) look(key string, p *pin[V]) {
 	}
 }
 
-// due is when a pinned copy's refresh starts: a load's duration, plus the
-// margin XFetch gives, before its soft expiry (at least a millisecond).
+// due is when a pinned copy's refresh starts: aheadLoads times the last
+// load's duration before its soft expiry (at least a millisecond), so that
+// a load up to that much slower than the last, with the lease round trip
+// and the write, still ends before the copy goes stale. It costs about
+// (aheadLoads-1)×delta/SoftTTL loads per soft TTL more than one.
 func (c *Cache[V]) due(e *entry[V]) int64 {
-	ahead := max(time.Duration(float64(e.delta)*(1+xfetch.DefaultMargin)), time.Millisecond)
+	ahead := max(time.Duration(float64(e.delta)*aheadLoads), time.Millisecond)
 	return e.soft - int64(ahead)
 }
+
+// aheadLoads is how many of its last load's durations before its soft
+// expiry a pinned key's refresh starts.
+const aheadLoads = 2
 
 // recheck is how soon a pin looks again while a load or refresh of its key
 // may be under way: a quarter of the last load's duration, between 5ms and

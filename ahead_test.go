@@ -187,3 +187,80 @@ func TestHotKeyRefreshedAheadWhileRead(t *testing.T) {
 		}
 	})
 }
+
+// A hot key read less often than NearTTL, so that each read finds a copy
+// past NearTTL and has it read again from the Store, is still refreshed
+// ahead: the copy read again holds the same value and keeps the mark that
+// it was read. No read after the first soft TTL is served stale.
+func TestHotKeyRefreshedAheadAcrossRevalidations(t *testing.T) {
+	const soft = 10 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		c := fleetReplica(t, r, func(o *herd.Options[int]) {
+			o.SoftTTL, o.HardTTL = soft, 2*soft
+			o.MaxRefreshAhead, o.RefreshAheadHot = 1, 1
+			o.Load = func(context.Context, string) (int, error) {
+				time.Sleep(100 * time.Millisecond) // the backing store
+				return 1, nil
+			}
+		})
+		start := time.Now()
+		var (
+			st   herd.Stats
+			took bool
+		)
+		for time.Since(start) < 5*soft {
+			if time.Since(start) >= 2*soft && !took {
+				st, took = c.Stats(), true
+			}
+			if _, err := c.Get(t.Context(), "k", nil); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * fleetNear)
+		}
+		got := c.Stats()
+		t.Logf("after the second soft TTL: %d stale, %d refreshed ahead, %d revalidations",
+			got.StaleServed-st.StaleServed, got.AheadRefreshes-st.AheadRefreshes, got.Revalidations-st.Revalidations)
+		if got.Revalidations == st.Revalidations {
+			t.Fatal("no read found a copy past NearTTL: the test reads too often")
+		}
+		if got.StaleServed != st.StaleServed || got.AheadRefreshes-st.AheadRefreshes < 2 {
+			t.Errorf("after the second soft TTL: %d served stale, %d refreshed ahead; want 0 and at least 2",
+				got.StaleServed-st.StaleServed, got.AheadRefreshes-st.AheadRefreshes)
+		}
+	})
+}
+
+// A pinned key's refresh starts twice its last load's duration before its
+// soft expiry, so a load up to about that much slower than the last still
+// ends in time: with loads alternating 100ms and 180ms, a reader that
+// takes nothing stale never waits.
+func TestPinnedKeyFreshWithSlowerLoads(t *testing.T) {
+	const soft = 2 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		c := newCache(t, &herd.Options[int]{MaxEntries: 10, SoftTTL: soft, HardTTL: 2 * soft, MaxRefreshAhead: 1})
+		var loads atomic.Int64
+		if err := c.Pin("k", func(context.Context) (int, error) {
+			n := loads.Add(1)
+			time.Sleep(time.Duration(100+80*(n%2)) * time.Millisecond)
+			return int(n), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the first load
+		start := time.Now()
+		for time.Since(start) < 10*soft {
+			t0 := time.Now()
+			if _, err := c.Get(t.Context(), "k", fleetNoLoad(t, "the reader"), herd.NoStale()); err != nil {
+				t.Fatal(err)
+			}
+			if w := time.Since(t0); w > 0 {
+				t.Fatalf("the reader waited %v at %v", w, time.Since(start))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := loads.Load(); n < 10 {
+			t.Errorf("%d loads in 10 soft TTLs, want at least 10", n)
+		}
+	})
+}

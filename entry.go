@@ -132,8 +132,12 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 	if s.n != gen || write && s.changes[key] > 0 {
 		return false
 	}
-	if cur, ok := c.local.GetIfPresent(key); ok && cur == e && !write {
+	cur, ok := c.local.GetIfPresent(key)
+	switch {
+	case ok && cur == e && !write:
 		return true // put already, by a caller that shared its read
+	case ok && cur.soft == e.soft && cur.read.Load():
+		e.read.Store(true) // the same value read again: it was read
 	}
 	s.puts++
 	if write {
