@@ -17,7 +17,7 @@ import (
 )
 
 // names returns the Redis keys of key for the replicas fleet made for t.
-func names(t *testing.T, key string) keyspace.Names {
+func names(t testing.TB, key string) keyspace.Names {
 	t.Helper()
 	s, err := keyspace.New(fmt.Sprintf("fleet:%s:", t.Name()))
 	if err != nil {
