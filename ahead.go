@@ -20,8 +20,9 @@ import (
 type pins[V any] struct {
 	mu sync.Mutex
 	m  map[string]*pin[V] // guarded by mu; nil until the first pin
-	// scan is the timer of scanHot; nil without RefreshAheadHot.
-	scan *time.Timer
+	// scan is the timer of scanHot; nil without RefreshAheadHot. share is
+	// the timer of shareHot; nil without ShareHotKeys.
+	scan, share *time.Timer
 }
 
 // pin is one pinned key: its load and the timer of its next look, both
@@ -71,15 +72,13 @@ func (c *Cache[V]) addPin(key string, load LoadFunc[V], hot bool) {
 	p.timer = time.AfterFunc(0, func() { c.look(key, p) })
 }
 
-// scanHot runs every soft TTL while reads are counted: it shares the keys
-// read most with the fleet (ShareHotKeys), makes them hot pins, in place of
-// hot pins no longer among them where RefreshAheadHot or MaxRefreshAhead
-// allows no more, and starts the count again.
+// scanHot runs every soft TTL with RefreshAheadHot: it makes the keys read
+// most hot pins, in place of hot pins no longer among them where
+// RefreshAheadHot or MaxRefreshAhead allows no more, and starts the count
+// again.
 func (c *Cache[V]) scanHot() {
 	top := c.hot.Top()
 	c.hot.Reset()
-	c.shareHot(top[:min(len(top), c.cfg.ShareHotKeys)])
-	top = top[:min(len(top), c.cfg.RefreshAheadHot)]
 	want := make(map[string]bool, len(top))
 	for _, it := range top {
 		want[it.Key] = true
@@ -166,8 +165,10 @@ func (c *Cache[V]) stopPins() {
 	for _, p := range c.pins.m {
 		p.timer.Stop()
 	}
-	if c.pins.scan != nil {
-		c.pins.scan.Stop()
+	for _, t := range []*time.Timer{c.pins.scan, c.pins.share} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 }
 

@@ -70,9 +70,9 @@ type Cache[V any] struct {
 	bg          sync.WaitGroup
 	unsubscribe func()
 	pins        pins[V]
-	// hot counts reads for RefreshAheadHot and ShareHotKeys over each soft
-	// TTL; nil when both are off.
-	hot *topk.Tracker
+	// hot counts reads for RefreshAheadHot over each soft TTL, and shared
+	// for ShareHotKeys over each of its periods; nil when off.
+	hot, shared *topk.Tracker
 }
 
 // New returns a cache configured by o; a nil o means [DefaultOptions].
@@ -103,8 +103,11 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	if cfg.HotKeys > 0 && !cfg.DisableStats {
 		c.top = topk.New(cfg.HotKeys)
 	}
-	if n := max(cfg.RefreshAheadHot, cfg.ShareHotKeys); n > 0 {
-		c.hot = topk.New(n)
+	if cfg.RefreshAheadHot > 0 {
+		c.hot = topk.New(cfg.RefreshAheadHot)
+	}
+	if cfg.ShareHotKeys > 0 {
+		c.shared = topk.New(cfg.ShareHotKeys)
 	}
 	if r := cfg.Recorder; r != nil {
 		c.recorder = r
@@ -128,6 +131,9 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	}
 	if c.hot != nil {
 		c.pins.scan = time.AfterFunc(cfg.SoftTTL, c.scanHot)
+	}
+	if c.shared != nil {
+		c.pins.share = time.AfterFunc(c.sharePeriod(), c.shareHot)
 	}
 	return c, nil
 }

@@ -1168,6 +1168,7 @@ func TestOptionsValidation(t *testing.T) {
 		{"RefreshAheadHot above MaxRefreshAhead", func(o *herd.Options[int]) { o.RefreshAheadHot, o.MaxRefreshAhead = 2, 1 }, "MaxRefreshAhead"},
 		{"RefreshAheadHot without Load", func(o *herd.Options[int]) { o.RefreshAheadHot, o.MaxRefreshAhead = 1, 1 }, "needs Load"},
 		{"ShareHotKeys -1", func(o *herd.Options[int]) { o.ShareHotKeys = -1 }, "ShareHotKeys"},
+		{"ShareHotKeysEvery -1", func(o *herd.Options[int]) { o.ShareHotKeysEvery = -1 }, "ShareHotKeysEvery"},
 		{"ShareHotKeys without Store", func(o *herd.Options[int]) { o.ShareHotKeys = 20 }, "HotSet"},
 		{"ShareHotKeys with a Store that is no HotSet", func(o *herd.Options[int]) { o.Store = nopStore{}; o.ShareHotKeys = 20 }, "HotSet"},
 	}
@@ -1175,15 +1176,16 @@ func TestOptionsValidation(t *testing.T) {
 	// name.
 	for _, d := range []time.Duration{herd.MaxTTL + 1, math.MaxInt64} {
 		for name, field := range map[string]func(*herd.Options[int]) *time.Duration{
-			"SoftTTL":         func(o *herd.Options[int]) *time.Duration { return &o.SoftTTL },
-			"HardTTL":         func(o *herd.Options[int]) *time.Duration { return &o.HardTTL },
-			"NegativeTTL":     func(o *herd.Options[int]) *time.Duration { return &o.NegativeTTL },
-			"LoadTimeout":     func(o *herd.Options[int]) *time.Duration { return &o.LoadTimeout },
-			"RefreshBackoff":  func(o *herd.Options[int]) *time.Duration { return &o.RefreshBackoff },
-			"NearTTL":         func(o *herd.Options[int]) *time.Duration { return &o.NearTTL },
-			"LeaseTTL":        func(o *herd.Options[int]) *time.Duration { return &o.LeaseTTL },
-			"LeaseWait":       func(o *herd.Options[int]) *time.Duration { return &o.LeaseWait },
-			"BreakerCooldown": func(o *herd.Options[int]) *time.Duration { return &o.BreakerCooldown },
+			"SoftTTL":           func(o *herd.Options[int]) *time.Duration { return &o.SoftTTL },
+			"HardTTL":           func(o *herd.Options[int]) *time.Duration { return &o.HardTTL },
+			"NegativeTTL":       func(o *herd.Options[int]) *time.Duration { return &o.NegativeTTL },
+			"LoadTimeout":       func(o *herd.Options[int]) *time.Duration { return &o.LoadTimeout },
+			"RefreshBackoff":    func(o *herd.Options[int]) *time.Duration { return &o.RefreshBackoff },
+			"NearTTL":           func(o *herd.Options[int]) *time.Duration { return &o.NearTTL },
+			"LeaseTTL":          func(o *herd.Options[int]) *time.Duration { return &o.LeaseTTL },
+			"LeaseWait":         func(o *herd.Options[int]) *time.Duration { return &o.LeaseWait },
+			"BreakerCooldown":   func(o *herd.Options[int]) *time.Duration { return &o.BreakerCooldown },
+			"ShareHotKeysEvery": func(o *herd.Options[int]) *time.Duration { return &o.ShareHotKeysEvery },
 		} {
 			cases = append(cases, struct {
 				name   string

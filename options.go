@@ -201,13 +201,16 @@ type Options[V any] struct {
 	// Load, and at most MaxRefreshAhead. Zero means none.
 	RefreshAheadHot int
 	// ShareHotKeys is how many of the keys this replica read most in each
-	// soft TTL it adds, at the end of that soft TTL, to the fleet's hot set
-	// in the Store, from which a new replica warms with [Cache.WarmHot].
-	// Reads are counted as for RefreshAheadHot. It needs a Store that
-	// implements [HotSet]; the set holds keys as they are given to Get, so
-	// keys that carry personal data end up in the Store as values do. Zero
-	// means none.
+	// period of ShareHotKeysEvery it adds, at the end of that period, to the
+	// fleet's hot set in the Store, from which a new replica warms with
+	// [Cache.WarmHot]. Reads are counted as for RefreshAheadHot. It needs a
+	// Store that implements [HotSet]; the set holds keys as they are given
+	// to Get, so keys that carry personal data end up in the Store as
+	// values do. Zero means none.
 	ShareHotKeys int
+	// ShareHotKeysEvery is the period of the hot set; every replica of a
+	// fleet must use the same. Zero means SoftTTL.
+	ShareHotKeysEvery time.Duration
 
 	// Executor runs background refreshes. Nil means each runs on a new
 	// goroutine. It must not block the caller waiting on other tasks.
@@ -354,6 +357,7 @@ func (o *Options[V]) durationErrors() []error {
 		{"LeaseTTL", o.LeaseTTL, o.Lease != nil},
 		{"LeaseWait", o.LeaseWait, false},
 		{"BreakerCooldown", o.BreakerCooldown, o.BreakerThreshold > 0},
+		{"ShareHotKeysEvery", o.ShareHotKeysEvery, false},
 	} {
 		switch {
 		case d.positive && d.v <= 0:

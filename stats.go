@@ -163,8 +163,9 @@ func (c *Cache[V]) got(key string, r GetResult) {
 	}
 	switch r {
 	case ResultHit:
-		if c.hot != nil && uint64(c.st.hotSample.add(1))*golden>>(64-hotSampleBits) == 0 {
+		if (c.hot != nil || c.shared != nil) && uint64(c.st.hotSample.add(1))*golden>>(64-hotSampleBits) == 0 {
 			c.hot.Add(key, topk.Counts{Traffic: 1 << hotSampleBits})
+			c.shared.Add(key, topk.Counts{Traffic: 1 << hotSampleBits})
 		}
 		if !c.cfg.DisableStats {
 			n := c.st.hits.add(1)
@@ -178,12 +179,14 @@ func (c *Cache[V]) got(key string, r GetResult) {
 	case ResultStale:
 		c.countStale(key)
 		c.hot.Add(key, topk.Counts{Traffic: 1})
+		c.shared.Add(key, topk.Counts{Traffic: 1})
 	case ResultMiss:
 		c.st.misses.add(1)
 		if c.top != nil {
 			c.top.Add(key, topk.Counts{Traffic: 1, Misses: 1})
 		}
 		c.hot.Add(key, topk.Counts{Traffic: 1})
+		c.shared.Add(key, topk.Counts{Traffic: 1})
 	}
 }
 

@@ -1,13 +1,13 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
-
-	"github.com/herdcache/herd/internal/topk"
+	"time"
 )
 
 // WarmReport says what [Cache.Warm] did.
@@ -86,8 +86,8 @@ func (c *Cache[V]) Warm(ctx context.Context, keys []string, load func(ctx contex
 // keys of the Store's hot set ([HotSet]), which replicas fill with
 // [Options.ShareHotKeys], loaded as [Cache.Warm] loads them. A key that
 // another replica keeps in the Store is read from there, not loaded. Call
-// it before the replica takes traffic, with the SoftTTL the fleet uses: it
-// names the periods of the hot set. It loads nothing and fails when n is
+// it before the replica takes traffic, with the ShareHotKeysEvery (or
+// SoftTTL) the fleet uses: it names the periods of the hot set. It loads nothing and fails when n is
 // not positive, when the Store keeps no hot set and when the set cannot be
 // read.
 func (c *Cache[V]) WarmHot(ctx context.Context, n int, load func(ctx context.Context, key string) (V, error)) (WarmReport, error) {
@@ -100,7 +100,7 @@ func (c *Cache[V]) WarmHot(ctx context.Context, n int, load func(ctx context.Con
 	case n <= 0:
 		return WarmReport{}, fmt.Errorf("herd: WarmHot: n must be positive, got %d", n)
 	}
-	keys, err := hs.Hot(ctx, n, c.cfg.SoftTTL)
+	keys, err := hs.Hot(ctx, n, c.sharePeriod())
 	c.remoteDone(ctx, err)
 	if err != nil {
 		return WarmReport{}, fmt.Errorf("herd: WarmHot: %w", err)
@@ -108,10 +108,20 @@ func (c *Cache[V]) WarmHot(ctx context.Context, n int, load func(ctx context.Con
 	return c.Warm(ctx, keys, load), nil
 }
 
-// shareHot adds the reads of the keys read most to the fleet's hot set, in
-// the background; nothing when there are none, or while the breaker is open.
-func (c *Cache[V]) shareHot(top []topk.Item) {
-	if len(top) == 0 || c.closed.Load() || c.brk.open() {
+// shareHot runs every sharePeriod with ShareHotKeys: it adds the reads of
+// the keys read most since the last run to the fleet's hot set, in the
+// background (nothing when there are none, or while the breaker is open),
+// and starts the count again.
+func (c *Cache[V]) shareHot() {
+	top := c.shared.Top()
+	c.shared.Reset()
+	c.pins.mu.Lock()
+	defer c.pins.mu.Unlock()
+	if c.closed.Load() {
+		return
+	}
+	c.pins.share.Reset(c.sharePeriod())
+	if len(top) == 0 || c.brk.open() {
 		return
 	}
 	reads := make(map[string]uint64, len(top))
@@ -122,6 +132,11 @@ func (c *Cache[V]) shareHot(top []topk.Item) {
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.closeCtx, c.cfg.LoadTimeout)
 		defer cancel()
-		c.remoteDone(ctx, hs.AddHot(ctx, reads, c.cfg.ShareHotKeys, c.cfg.SoftTTL))
+		c.remoteDone(ctx, hs.AddHot(ctx, reads, c.cfg.ShareHotKeys, c.sharePeriod()))
 	})
+}
+
+// sharePeriod is the period of the hot set: ShareHotKeysEvery, or SoftTTL.
+func (c *Cache[V]) sharePeriod() time.Duration {
+	return cmp.Or(c.cfg.ShareHotKeysEvery, c.cfg.SoftTTL)
 }

@@ -83,12 +83,13 @@ func TestWarmHotFromFleet(t *testing.T) {
 	})
 }
 
-// A key the fleet stops reading leaves the hot set within two soft TTLs.
+// A key the fleet stops reading leaves the hot set within two periods.
 func TestShareHotKeysForgetsColdKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
+		const period = fleetSoft / 4
 		mod := func(o *herd.Options[int]) {
-			o.ShareHotKeys = 5
+			o.ShareHotKeys, o.ShareHotKeysEvery = 5, period
 			o.Load = func(context.Context, string) (int, error) { return 1, nil }
 		}
 		c := fleetReplica(t, r, mod)
@@ -97,10 +98,10 @@ func TestShareHotKeysForgetsColdKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(fleetSoft + time.Millisecond)
+		time.Sleep(period + time.Millisecond)
 		synctest.Wait()
-		if keys, err := r.Hot(t.Context(), 5, fleetSoft); err != nil || !slices.Equal(keys, []string{"cold"}) {
-			t.Fatalf("hot set after a soft TTL = %q, %v; want [cold]", keys, err)
+		if keys, err := r.Hot(t.Context(), 5, period); err != nil || !slices.Equal(keys, []string{"cold"}) {
+			t.Fatalf("hot set after a period = %q, %v; want [cold]", keys, err)
 		}
 		for range 2 {
 			for range 10 {
@@ -108,11 +109,11 @@ func TestShareHotKeysForgetsColdKeys(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			time.Sleep(fleetSoft)
+			time.Sleep(period)
 			synctest.Wait()
 		}
-		if keys, err := r.Hot(t.Context(), 5, fleetSoft); err != nil || !slices.Equal(keys, []string{"warm"}) {
-			t.Errorf("hot set two soft TTLs after the last read of cold = %q, %v; want [warm]", keys, err)
+		if keys, err := r.Hot(t.Context(), 5, period); err != nil || !slices.Equal(keys, []string{"warm"}) {
+			t.Errorf("hot set two periods after the last read of cold = %q, %v; want [warm]", keys, err)
 		}
 	})
 }
