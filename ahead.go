@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/herdcache/herd/xfetch"
 )
 
 // Refresh-ahead: a pinned key is kept loaded and fresh on a timer, read or
@@ -218,19 +220,15 @@ func (c *Cache[V]) look(key string, p *pin[V]) {
 	}
 }
 
-// due is when a pinned copy's refresh starts: aheadLoads times the last
-// load's duration before its soft expiry (at least a millisecond), so that
-// a load up to that much slower than the last, with the lease round trip
-// and the write, still ends before the copy goes stale. It costs about
-// (aheadLoads-1)×delta/SoftTTL loads per soft TTL more than one.
+// due is when a pinned copy's refresh starts: its load duration plus the
+// margin XFetch gives before its soft expiry (at least a millisecond). The
+// duration is the larger of the last load's and nine tenths of the one
+// before it (see entry.delta), so a load somewhat slower than the last
+// still ends in time.
 func (c *Cache[V]) due(e *entry[V]) int64 {
-	ahead := max(time.Duration(float64(e.delta)*aheadLoads), time.Millisecond)
+	ahead := max(time.Duration(float64(e.delta)*(1+xfetch.DefaultMargin)), time.Millisecond)
 	return e.soft - int64(ahead)
 }
-
-// aheadLoads is how many of its last load's durations before its soft
-// expiry a pinned key's refresh starts.
-const aheadLoads = 2
 
 // recheck is how soon a pin looks again while a load or refresh of its key
 // may be under way: a quarter of the last load's duration, between 5ms and

@@ -231,10 +231,10 @@ func TestHotKeyRefreshedAheadAcrossRevalidations(t *testing.T) {
 	})
 }
 
-// A pinned key's refresh starts twice its last load's duration before its
-// soft expiry, so a load up to about that much slower than the last still
-// ends in time: with loads alternating 100ms and 180ms, a reader that
-// takes nothing stale never waits.
+// A pinned key's refresh plans by the larger of its last load's duration
+// and nine tenths of the one before, so a fast load does not cut the lead
+// of the slower one after it: with loads alternating 100ms and 180ms, a
+// reader that takes nothing stale never waits.
 func TestPinnedKeyFreshWithSlowerLoads(t *testing.T) {
 	const soft = 2 * time.Second
 	synctest.Test(t, func(t *testing.T) {

@@ -23,7 +23,10 @@ type entry[V any] struct {
 	near int64
 	// born is when the entry was put in the local tier (Unix nanoseconds).
 	born int64
-	// delta is the measured duration of the load that made the value.
+	// delta is the load duration that early refresh and refresh-ahead plan
+	// by (ns): the measured duration of the load that made the value, or
+	// nine tenths of the value it replaced if that is longer, so that one
+	// fast load does not cut the lead that the next, slower one needs.
 	delta int64
 	// lead is how long before soft a hit starts an early refresh (ns),
 	// decided once for the value by setLead; zero: never.

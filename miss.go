@@ -1,6 +1,7 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -376,6 +377,9 @@ func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held 
 		return f.loadFailed(ctx, err, held, now)
 	}
 	e := &entry[V]{value: v, delta: int64(delta)}
+	if prev := cmp.Or(f.old, f.candidate); prev != nil {
+		e.delta = max(e.delta, prev.delta/10*9) // see entry.delta
+	}
 	if d.noCache {
 		e.uncached = true
 		return e, nil

@@ -70,7 +70,9 @@ type Options[V any] struct {
 	Jitter float64
 	// Beta scales XFetch early refresh. Each value's refresh starts
 	// delta×(1.2 + Beta×E) before its soft expiry, where delta is the
-	// measured duration of the load that made it and E is drawn once for
+	// measured duration of the load that made it (or nine tenths of the
+	// delta of the value it replaced, if that is longer, so that one fast
+	// load does not cut the lead of a slower one) and E is drawn once for
 	// the value from an exponential distribution with mean 1 (the xfetch
 	// package's Lead); the first read after that instant refreshes it in
 	// the background. Every replica derives the same E from the value, so

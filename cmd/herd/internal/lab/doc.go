@@ -91,11 +91,13 @@
 //	everywhere  limiter: peak backing-store concurrency ≤ 4 per replica
 //
 // Refresh-ahead starts each refresh a load's duration plus a fifth before
-// its value's soft expiry: about 1.05 loads per TTL where XFetch makes 1.3
-// to 1.5. A refresh whose load runs over 1.2× the last one's still ends
-// after the expiry, and a replica that has dropped the key from its hot
-// set picks up the refreshed value at its next read, so late refreshes do
-// serve some reads stale: the lab reports them and promises nothing there.
+// its value's soft expiry (the duration herd plans by: the larger of the
+// last load's and nine tenths of the one before): about 1.05 loads per TTL
+// where XFetch makes 1.3 to 1.5. A refresh whose load runs over 1.2× that
+// duration still ends after the expiry, and a replica that has dropped the
+// key from its hot set picks up the refreshed value at its next read, so
+// late refreshes do serve some reads stale: the lab reports them and
+// promises nothing there.
 //
 // For open-loop hot-key runs under none, coalescing and lease, [Predict]
 // sets the formula (replicas × rate × mean recompute, replicas, 1) beside
