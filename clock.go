@@ -38,12 +38,12 @@ func addTime(t int64, d time.Duration) int64 {
 
 // coarseClock is the clock of the hit path: while reads come, a goroutine
 // stores the time once per resolution and a read costs one atomic load. Its
-// bound is ahead of the precise clock by up to the resolution, and behind
-// it only while the goroutine is starved of CPU. The goroutine runs only while it is read: after
-// a tick with no read it stops, and the next read takes the precise time and
-// starts it again, so an idle cache wakes no one (and a testing/synctest
-// bubble can end once its readers have). The zero resolution reads the
-// precise clock every time.
+// bound is ahead of the precise clock by up to the resolution, and behind it
+// only while the goroutine is starved of CPU. The goroutine runs only while
+// the clock is read: after a tick with no read it stops, and the next read
+// takes the precise time and starts it again, so an idle cache wakes no one
+// (and a testing/synctest bubble can end once its readers have). The zero
+// resolution reads the precise clock every time.
 type coarseClock struct {
 	precise *clock
 	res     time.Duration
@@ -93,10 +93,10 @@ func (k *coarseClock) tick() {
 	}
 }
 
-// coarseResolution is the resolution of the hit path's clock when
-// [Options.ClockResolution] is zero: a thousandth of the shortest duration
-// an entry is judged by, between 1ms and 50ms, or the precise clock when
-// that duration is under 100ms.
+// coarseResolution is the resolution of the hit path's clock without
+// [Options.PreciseClock]: a thousandth of the shortest duration an entry is
+// judged by, between 1ms and 50ms, or 0 (the precise clock) when that
+// duration is under 100ms.
 func coarseResolution(durations ...time.Duration) time.Duration {
 	shortest := time.Duration(math.MaxInt64)
 	for _, d := range durations {

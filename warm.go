@@ -87,9 +87,9 @@ func (c *Cache[V]) Warm(ctx context.Context, keys []string, load func(ctx contex
 // [Options.ShareHotKeys], loaded as [Cache.Warm] loads them. A key that
 // another replica keeps in the Store is read from there, not loaded. Call
 // it before the replica takes traffic, with the ShareHotKeysEvery (or
-// SoftTTL) the fleet uses: it names the periods of the hot set. It loads nothing and fails when n is
-// not positive, when the Store keeps no hot set and when the set cannot be
-// read.
+// SoftTTL) the fleet uses: it names the periods of the hot set. It loads
+// nothing and fails when n is not positive, when the Store keeps no hot
+// set and when the set cannot be read.
 func (c *Cache[V]) WarmHot(ctx context.Context, n int, load func(ctx context.Context, key string) (V, error)) (WarmReport, error) {
 	hs, ok := c.cfg.Store.(HotSet)
 	switch {
@@ -116,12 +116,11 @@ func (c *Cache[V]) shareHot() {
 	top := c.shared.Top()
 	c.shared.Reset()
 	c.pins.mu.Lock()
-	defer c.pins.mu.Unlock()
-	if c.closed.Load() {
-		return
+	if !c.closed.Load() {
+		c.pins.share.Reset(c.sharePeriod())
 	}
-	c.pins.share.Reset(c.sharePeriod())
-	if len(top) == 0 || c.brk.open() {
+	c.pins.mu.Unlock()
+	if len(top) == 0 || c.closed.Load() || c.brk.open() {
 		return
 	}
 	reads := make(map[string]uint64, len(top))
