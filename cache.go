@@ -2,6 +2,7 @@ package herd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
@@ -453,6 +454,55 @@ func (c *Cache[V]) SetWithTTL(ctx context.Context, key string, v V, soft, hard t
 			c.local.Set(key, e)
 		} else {
 			c.local.Invalidate(key)
+		}
+	})
+	c.flights.Forget(key)
+	return err
+}
+
+// MarkStale makes key's value stale rather than gone, on this replica and,
+// with a Store, on every replica: it is served stale, to callers that allow
+// it, while one refresh replaces it (with a Lease, one for the fleet), and
+// a NoStale caller loads. Like Set and Invalidate it fences out every load
+// of key that began before it. With a Store, other replicas mark their
+// copies on the change notice (until then they serve them, as the
+// consistency contract allows); the Store must implement [Staler], or
+// MarkStale changes nothing and returns an error wrapping
+// [errors.ErrUnsupported]. When the Store cannot be reached, the local copy
+// is dropped and the error wraps [ErrDegraded].
+func (c *Cache[V]) MarkStale(ctx context.Context, key string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	st, ok := c.cfg.Store.(Staler)
+	if c.cfg.Store != nil && !ok {
+		return fmt.Errorf("herd: mark stale %q: the Store cannot (it is not a Staler): %w", key, errors.ErrUnsupported)
+	}
+	c.gens.beginChange(key, nil)
+	var (
+		err   error
+		fence uint64
+	)
+	if st != nil {
+		if !c.brk.allow() {
+			err = fmt.Errorf("%w: mark stale %q: breaker open", ErrDegraded, key)
+		} else if fence, err = st.MarkStale(ctx, key); err != nil {
+			c.remoteDone(ctx, err)
+			err = fmt.Errorf("%w: mark stale %q: %w", ErrDegraded, key, err)
+		} else {
+			c.remoteDone(ctx, nil)
+		}
+	}
+	c.gens.endChange(key, func() {
+		e, ok := c.local.GetIfPresent(key)
+		switch {
+		case !ok:
+		case err != nil:
+			c.local.Invalidate(key)
+		default:
+			if now := c.clk.now(); now < e.soft {
+				c.local.Set(key, e.staleCopy(now, fence))
+			}
 		}
 	})
 	c.flights.Forget(key)

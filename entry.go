@@ -69,6 +69,14 @@ func (e *entry[V]) result() (V, error) {
 	return e.value, nil
 }
 
+// staleCopy returns a copy of e that went stale at now, under fence if
+// that is newer than e's.
+func (e *entry[V]) staleCopy(now int64, fence uint64) *entry[V] {
+	s := &entry[V]{value: e.value, soft: now, hard: e.hard, near: e.near, born: e.born, delta: e.delta, negative: e.negative}
+	s.fence.Store(max(fence, e.fence.Load()))
+	return s
+}
+
 func (e *entry[V]) stale(now int64) bool { return !e.uncached && now >= e.soft }
 
 // midStale is the middle of e's stale window (Unix nanoseconds).

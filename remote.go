@@ -137,3 +137,13 @@ type HotSet interface {
 	// over the current and the last period of the given length.
 	Hot(ctx context.Context, n int, period time.Duration) ([]string, error)
 }
+
+// Staler is implemented by a Store that can make a stored value stale in
+// place, for [Cache.MarkStale].
+type Staler interface {
+	// MarkStale advances key's fence and, when a value is stored, makes its
+	// soft expiry now if that is earlier, under the new fence, keeping it
+	// until its hard expiry; it announces the change (not as a deletion)
+	// and returns the new fence.
+	MarkStale(ctx context.Context, key string) (uint64, error)
+}

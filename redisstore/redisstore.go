@@ -273,6 +273,7 @@ var (
 	extendScript       = script("extend")
 	releaseScript      = script("release")
 	writeReleaseScript = script("writerelease")
+	markStaleScript    = script("markstale")
 )
 
 //go:embed scripts/*.lua

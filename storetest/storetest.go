@@ -38,7 +38,7 @@ const (
 // stores; a lease that expires leaves its fence current, so its holder can
 // still write until the fence advances (a tier may expire a fence, but not
 // sooner than its lease). When the Lease is a [herd.WriteReleaser], Run checks WriteRelease
-// too, and when the Store is a [herd.HotSet], its counts.
+// too, and when the Store is a [herd.HotSet] or a [herd.Staler], those.
 func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	for _, tc := range []struct {
 		name string
@@ -67,6 +67,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 		{"WriteRelease", testWriteRelease},
 		{"Notifier", testNotifier},
 		{"HotSet", testHotSet},
+		{"MarkStale", testMarkStale},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -915,6 +916,68 @@ func testHotSet(t *testing.T, s herd.Store, _ herd.Lease) {
 			if !errors.Is(err, herd.ErrRejected) {
 				t.Errorf("bad argument: %v, want an error wrapping herd.ErrRejected", err)
 			}
+		}
+	})
+}
+
+func testMarkStale(t *testing.T, s herd.Store, l herd.Lease) {
+	st, ok := s.(herd.Staler)
+	if !ok {
+		t.Logf("%T does not implement herd.Staler: nothing to check", s)
+		return
+	}
+	t.Logf("%T implements herd.Staler", s)
+	markStale := func(k string) uint64 {
+		t.Helper()
+		fence, err := st.MarkStale(t.Context(), k)
+		if err != nil {
+			t.Fatalf("MarkStale(%q): %v", k, err)
+		}
+		return fence
+	}
+	t.Run("Fresh", func(t *testing.T) {
+		k := key(t, "k")
+		b := fresh("v")
+		f1 := set(t, s, k, b, longTTL)
+		before := time.Now().UnixMilli()
+		f2 := markStale(k)
+		after := time.Now().UnixMilli()
+		if f2 <= f1 {
+			t.Fatalf("MarkStale returned fence %d after Set's %d, want a larger one", f2, f1)
+		}
+		got := decode(t, load(t, s, k))
+		want := decode(t, b)
+		if string(got.Value) != "v" || got.Hard != want.Hard || got.Fence != f2 {
+			t.Errorf("after MarkStale Load = %s, want the value, its hard expiry %d and fence %d", show(load(t, s, k)), want.Hard, f2)
+		}
+		// The tier's clock may run a little off the test's: allow a second.
+		if got.Soft > after+1000 || got.Soft < before-1000 {
+			t.Errorf("after MarkStale the soft expiry is %d, want about now (%d to %d)", got.Soft, before, after)
+		}
+		if g := acquire(t, l, k, longTTL); g.Token == "" {
+			t.Errorf("Acquire after MarkStale = %+v, want the lease: the value is no longer fresh", g)
+		}
+		if write(t, s, k, fresh("old"), f1, longTTL) {
+			t.Error("a Write under the fence before MarkStale stored")
+		}
+	})
+	t.Run("AlreadyStale", func(t *testing.T) {
+		k := key(t, "k")
+		b := env("v", -time.Hour, longTTL)
+		set(t, s, k, b, longTTL)
+		markStale(k)
+		if got, want := decode(t, load(t, s, k)).Soft, decode(t, b).Soft; got != want {
+			t.Errorf("MarkStale moved an older soft expiry from %d to %d", want, got)
+		}
+	})
+	t.Run("Missing", func(t *testing.T) {
+		k := key(t, "k")
+		f1 := markStale(k)
+		if b := load(t, s, k); b != nil {
+			t.Errorf("MarkStale of a missing key stored %s", show(b))
+		}
+		if f2 := markStale(k); f2 <= f1 {
+			t.Errorf("a second MarkStale returned fence %d after %d, want a larger one", f2, f1)
 		}
 	})
 }

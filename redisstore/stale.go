@@ -1,0 +1,28 @@
+package redisstore
+
+import (
+	"context"
+
+	"github.com/herdcache/herd"
+)
+
+var _ herd.Staler = (*Remote)(nil)
+
+// MarkStale advances key's fence and, when a value is stored, makes its soft
+// expiry the server's clock if that is earlier, under the new fence and with
+// its TTL unchanged, in one script; it announces the change and returns the
+// new fence.
+func (r *Remote) MarkStale(ctx context.Context, key string) (uint64, error) {
+	if err := r.check("mark stale", key); err != nil {
+		return 0, err
+	}
+	n := r.space.Names(key)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	fence, err := markStaleScript.Run(ctx, r.client, []string{n.Value, n.Fence},
+		r.channel, key, r.fenceTTL(0), r.fenceMargin.Milliseconds()).Int64()
+	if err != nil {
+		return 0, fail("mark stale", key, err)
+	}
+	return uint64(fence), nil
+}
