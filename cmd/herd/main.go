@@ -85,7 +85,7 @@ func newLabFlagSet(f *labFlags) *flag.FlagSet {
 	fs.IntVar(&f.capacity, "capacity", d.Capacity, "backing-store calls at full speed at once (latency × (1+(inflight−capacity)/capacity) beyond); 0 = no limit; the pool size with --origin-postgres")
 	fs.Float64Var(&f.failureRate, "failure-rate", 0, "probability that a backing-store call fails")
 	fs.DurationVar(&f.ttl, "ttl", d.TTL, "fresh time of a value in hot-key and node-kill")
-	fs.DurationVar(&f.duration, "duration", d.Duration, "traffic time of each run (cold-start: half)")
+	fs.DurationVar(&f.duration, "duration", d.Duration, "traffic time of each run (cold-start: half; warm from the fleet: a quarter)")
 	fs.DurationVar(&f.clientTimeout, "client-timeout", d.ClientTimeout, "timeout of each client request")
 	fs.Uint64Var(&f.seed, "seed", d.Seed, "seed of arrivals, keys, latencies and failures")
 	fs.StringVar(&f.redis, "redis", "", "use the Redis at this loopback `addr` (host:port) as the remote tier, under a key prefix per run")

@@ -215,6 +215,10 @@ func TestChecksApply(t *testing.T) {
 		t.Errorf("cold-start/none warm with 3 waits: %+v, want one failed warm check", cs)
 	}
 
+	if cs := checks(warm); slices.ContainsFunc(cs, func(c Check) bool { return strings.Contains(c.Promise, "fleet") }) {
+		t.Errorf("cold-start/none warm has the fleet's promises: %v", promisesOf(cs))
+	}
+
 	hot := &measures{plan: plan{"hot-key", "xfetch", ""}, maxPerExpiry: 1, maxPerReplicaExpiry: 1}
 	hot.run.Expiries = 4
 	hot.run.WaitedOnOrigin = 2
@@ -249,6 +253,121 @@ func TestChecksApply(t *testing.T) {
 	for _, c := range checks(hot) {
 		if !c.OK {
 			t.Errorf("hot-key/ahead at 1.05 loads per TTL, nothing stale before a refresh, 9 refreshes ahead: %q failed", c.Promise)
+		}
+	}
+}
+
+// TestFleetChecks checks the promises of cold-start's fleet variant: no
+// wait on a warmed key, every key of the hot set taken from the Store with
+// no backing-store call, and warmed keys that take most of the hottest
+// fifth's reads; none of them holds when the hot set stayed empty.
+func TestFleetChecks(t *testing.T) {
+	good := func() *measures {
+		return &measures{
+			plan: plan{"cold-start", "none", "fleet"},
+			hot:  4, hotSetKeys: 4, minWarmed: 4, maxWarmed: 4,
+			minReadShare: 0.976, minHottest: 3,
+		}
+	}
+	cs := checks(good())
+	if len(cs) != 3 || !strings.Contains(cs[0].Promise, "no client waited") ||
+		!strings.Contains(cs[1].Promise, "no backing-store call") || !strings.Contains(cs[2].Promise, "hottest") {
+		t.Fatalf("cold-start/none fleet: %+v, want the no-wait, from-the-Store and hottest promises", cs)
+	}
+	for _, c := range cs {
+		if !c.OK {
+			t.Errorf("%q failed on good measures (measured %s)", c.Promise, c.Measured)
+		}
+	}
+	if want := "97.6% on the worst replica, 3 of the 4 hottest"; cs[2].Measured != want {
+		t.Errorf("hottest measured %q, want %q", cs[2].Measured, want)
+	}
+	m := good()
+	m.plan.layer = "limiter"
+	if cs := checks(m); len(cs) != 6 || cs[0].Layer != "limiter (fleet)" {
+		t.Errorf("cold-start/limiter fleet: %d checks, want the fleet's 3, coalescing's, the lease's and the limiter's", len(cs))
+	}
+
+	for name, tc := range map[string]struct {
+		edit   func(*measures)
+		failed []int // indices of the checks that fail
+	}{
+		"a wait on a warmed key":        {func(m *measures) { m.waitedWarm = 1 }, []int{0}},
+		"a backing-store call":          {func(m *measures) { m.warmCalls = 1 }, []int{1}},
+		"a key loaded":                  {func(m *measures) { m.warmLoaded = 1 }, []int{1}},
+		"a key failed":                  {func(m *measures) { m.warmFailed = 1 }, []int{1}},
+		"a WarmHot error":               {func(m *measures) { m.warmErrors = 1 }, []int{1}},
+		"a replica short of the set":    {func(m *measures) { m.minWarmed = 3 }, []int{1}},
+		"a replica beyond the set":      {func(m *measures) { m.maxWarmed = 5 }, []int{1}},
+		"keys of too little popularity": {func(m *measures) { m.minReadShare = 0.89 }, []int{2}},
+		"an empty hot set": {func(m *measures) {
+			m.hotSetKeys, m.minWarmed, m.maxWarmed, m.minReadShare, m.minHottest = 0, 0, 0, 0, 0
+		}, []int{1, 2}},
+	} {
+		m := good()
+		tc.edit(m)
+		var failed []int
+		for i, c := range checks(m) {
+			if !c.OK {
+				failed = append(failed, i)
+			}
+		}
+		if !slices.Equal(failed, tc.failed) {
+			t.Errorf("%s: checks %v failed, want %v", name, failed, tc.failed)
+		}
+	}
+}
+
+// TestFleetMeasures checks the measures of the keys the replicas warmed:
+// the worst replica's share of the hottest fifth's reads, and how many of
+// the hottest fifth it holds.
+func TestFleetMeasures(t *testing.T) {
+	f := &fleetWarm{
+		hotKeys: []int{0, 1, 2, 4},
+		warmed:  [][]int{{0, 1, 2, 4}, {0, 1, 2, 3}, {0, 1, 2}},
+	}
+	f.report.Loaded, f.report.Failed, f.errors = 1, 2, 3
+	var m measures
+	m.fleetMeasures(f, 4)
+	top := popularity(0) + popularity(1) + popularity(2) + popularity(3)
+	want := (top - popularity(3)) / top // the third replica's 0, 1 and 2
+	if m.hot != 4 || m.hotSetKeys != 4 || m.minWarmed != 3 || m.maxWarmed != 4 ||
+		m.minHottest != 3 || math.Abs(m.minReadShare-want) > 1e-12 ||
+		m.warmLoaded != 1 || m.warmFailed != 2 || m.warmErrors != 3 {
+		t.Errorf("fleetMeasures = %+v, want hot 4, set 4, 3 to 4 warmed, 3 hottest, share %v, 1 loaded, 2 failed, 3 errors", m, want)
+	}
+	var empty measures
+	empty.fleetMeasures(&fleetWarm{}, 4)
+	if empty.hotSetKeys != 0 || empty.minReadShare != 0 || empty.minWarmed != 0 {
+		t.Errorf("fleetMeasures of an empty hot set = %+v, want zeros", empty)
+	}
+}
+
+func TestReadShare(t *testing.T) {
+	// Zipf(1.1): key 3 takes 4^-1.1 ≈ 0.218 of key 0's reads, key 4 0.170.
+	top := 1 + math.Pow(2, -1.1) + math.Pow(3, -1.1) + math.Pow(4, -1.1)
+	for _, tc := range []struct {
+		keys    []int
+		share   float64
+		hottest int
+	}{
+		{[]int{0, 1, 2, 3}, 1, 4},
+		{[]int{3, 1, 0, 2}, 1, 4},
+		{[]int{0, 1, 2, 4}, (top - math.Pow(4, -1.1) + math.Pow(5, -1.1)) / top, 3},
+		{[]int{0}, 1 / top, 1},
+		{[]int{-1, 5}, math.Pow(6, -1.1) / top, 0},
+		{nil, 0, 0},
+	} {
+		if got := readShare(tc.keys, 4); math.Abs(got-tc.share) > 1e-12 {
+			t.Errorf("readShare(%v, 4) = %v, want %v", tc.keys, got, tc.share)
+		}
+		if got := hottestCount(tc.keys, 4); got != tc.hottest {
+			t.Errorf("hottestCount(%v, 4) = %d, want %d", tc.keys, got, tc.hottest)
+		}
+	}
+	for key, want := range map[string]int{"k0": 0, "k19": 19, "k": -1, "x1": -1, "k-1": -1, "k1x": -1, "": -1} {
+		if got := keyIndex(key); got != want {
+			t.Errorf("keyIndex(%q) = %d, want %d", key, got, want)
 		}
 	}
 }

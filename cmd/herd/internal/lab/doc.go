@@ -47,11 +47,21 @@
 // spread over one TTL; at a quarter of the run the node dies (memory:
 // SetDown; spawned Redis: SIGKILL, then a restart on the same port, empty)
 // for 0.8 TTL, so each key expires at most once per replica while it is
-// down. cold-start: empty replicas take traffic at once (variant cold), or
-// first all warm the hottest fifth of the keys with Cache.Warm (variant
-// warm). Flush and cold-start keep values for ten run lengths, so every
-// load they count follows the flush or the start. Keys have Zipf(1.1)
-// popularity, key 0 the hottest.
+// down. cold-start: empty replicas take traffic at once (variant cold),
+// first all warm the hottest fifth of the keys with Cache.Warm, through the
+// backing store (variant warm), or warm it from the fleet (variant fleet).
+// There every cache of the run shares its hot keys (ShareHotKeys the size
+// of the hottest fifth, ShareHotKeysEvery a twentieth of the run, as the
+// values live far longer than a run); a running fleet keeps every key's
+// value in the remote tier, written without a backing-store call, and one
+// of its caches, the veteran, reads the keys with their popularity (20,000
+// reads a period, spread over it) until the hot set in the Store holds its
+// first period's keys (polled; given up two periods and a client timeout
+// after the veteran started). Then every replica calls Cache.WarmHot for
+// the hottest fifth and takes traffic, for a quarter of the run: none of
+// it reaches the backing store. Flush and cold-start keep values for ten
+// run lengths, so every load they count follows the flush or the start.
+// Keys have Zipf(1.1) popularity, key 0 the hottest.
 //
 // # Measures
 //
@@ -65,6 +75,18 @@
 // or failed, and took at least a quarter of the mean recompute time.
 // Promises count loads: calls that did not fail (a drawn failure is retried
 // by design).
+//
+// Cold-start's warm variants count the backing-store calls that started
+// while the replicas warmed (warm_calls), and the requests for a warmed key
+// that waited: one of the hottest fifth (warm), or one the replica's local
+// tier held once WarmHot returned (fleet; Cache.GetIfPresent). The fleet
+// variant also reports the veteran's reads, the hot set's size, and for the
+// replica that did worst the keys it warmed, how many of the hottest fifth
+// they are, and the share of the hottest fifth's reads they take (key k is
+// read (k+1)^-1.1 times as often as key 0). ShareHotKeys counts one local
+// hit in 16, so keys next in popularity may swap places at the fifth's
+// edge; the share costs a stand-in only their difference, where a count of
+// keys outside the fifth would treat it as a miss.
 //
 // Hot-key also measures how often and when values are replaced. Loads per
 // soft TTL are the loads of its expiries over the time from the warm-up's
@@ -85,7 +107,10 @@
 //	            ahead: ≤ 1.2 loads per soft TTL after warm-up, and every refresh began
 //	            before its value expired (no stale serve before its refresh began)
 //	flush       coalescing: ≤ 1 load per replica per key; lease: ≤ 1 load per key
-//	cold-start  the same, and with warmup (every rung) no client waited on a warmed key
+//	cold-start  the same, and with warmup (every rung) no client waited on a warmed key;
+//	            warm from the fleet (every rung: all share the remote tier): no backing-store
+//	            call while warming, each replica holding every key of the hot set, keys that
+//	            take ≥ 90% of the hottest fifth's reads
 //	node-kill   coalescing: ≤ 1 load per replica per key per expiry while down, and no
 //	            client error the backing store could have answered (shed requests aside)
 //	everywhere  limiter: peak backing-store concurrency ≤ 4 per replica

@@ -126,7 +126,15 @@ type runEnv struct {
 	countFrom, measureFrom, trafficEnd time.Duration
 	// event times: the flush, the kill and the restart (zero when none).
 	flushAt, killAt, restartAt time.Duration
-	warmFailed                 int
+	// warmFrom is when cold-start's replicas began to warm (warm and
+	// fleet); warmFailed counts the keys whose warming failed.
+	warmFrom   time.Duration
+	warmFailed int
+	// fleet is what cold-start's fleet variant recorded, and veteran the
+	// cache of the running fleet it warms from (closed with the
+	// replicas'); nil otherwise.
+	fleet   *fleetWarm
+	veteran *herd.Cache[string]
 }
 
 // runOne runs one plan and measures it.
@@ -199,7 +207,7 @@ func (e *runEnv) run(ctx context.Context) error {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	case "flush":
-		if err := e.seed(ctx, false); err != nil {
+		if err := e.seed(ctx, e.reps[0].cache.Load(), false); err != nil {
 			return err
 		}
 		event = func(ctx context.Context) error {
@@ -209,7 +217,7 @@ func (e *runEnv) run(ctx context.Context) error {
 			return e.flush(ctx)
 		}
 	case "node-kill":
-		if err := e.seed(ctx, true); err != nil {
+		if err := e.seed(ctx, e.reps[0].cache.Load(), true); err != nil {
 			return err
 		}
 		event = func(ctx context.Context) error {
@@ -227,8 +235,13 @@ func (e *runEnv) run(ctx context.Context) error {
 			return err
 		}
 	case "cold-start":
-		if e.p.variant == "warm" {
+		switch e.p.variant {
+		case "warm":
 			e.warmAll(ctx)
+		case "fleet":
+			if err := e.warmFromFleet(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	e.measureFrom = e.origin.Since()
@@ -236,7 +249,10 @@ func (e *runEnv) run(ctx context.Context) error {
 		e.countFrom = e.measureFrom
 	}
 	d := e.o.Duration
-	if e.p.scenario == "cold-start" {
+	switch {
+	case e.p.variant == "fleet":
+		d /= 4 // nothing reaches the backing store: a shorter window shows it all
+	case e.p.scenario == "cold-start":
 		d /= 2
 	}
 	e.trafficEnd = e.measureFrom + d
@@ -265,11 +281,16 @@ func (e *runEnv) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*e.o.ClientTimeout+5*time.Second)
 	defer cancel()
 	var errs []error
+	var closing []*herd.Cache[string]
+	if e.veteran != nil {
+		closing = append(closing, e.veteran)
+	}
 	for _, r := range e.reps {
-		for _, c := range r.caches() {
-			if err := c.Close(ctx); err != nil {
-				errs = append(errs, err)
-			}
+		closing = append(closing, r.caches()...)
+	}
+	for _, c := range closing {
+		if err := c.Close(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := e.origin.WaitIdle(ctx); err != nil {
@@ -369,6 +390,10 @@ func (e *runEnv) cacheOptions(r *replica) *herd.Options[string] {
 		o.MaxRefreshAhead = e.hot
 		o.RefreshAheadHot = e.hot
 	}
+	if e.p.variant == "fleet" {
+		o.ShareHotKeys = e.hot
+		o.ShareHotKeysEvery = e.sharePeriod()
+	}
 	return o
 }
 
@@ -379,11 +404,11 @@ func (e *runEnv) newCache(r *replica) (*herd.Cache[string], error) {
 	return herd.New(e.cacheOptions(r))
 }
 
-// seed fills the remote tier through replica 0 with values that cost no
+// seed fills the remote tier through c with values that cost no
 // backing-store call, as a cache in steady use would hold. With stagger,
 // key i is fresh for a share of the TTL drawn for it, so that keys expire at
 // spread-out times rather than all at once.
-func (e *runEnv) seed(ctx context.Context, stagger bool) error {
+func (e *runEnv) seed(ctx context.Context, c *herd.Cache[string], stagger bool) error {
 	rng := e.rng(1)
 	ttls := make(map[string][2]time.Duration, len(e.keys))
 	for _, k := range e.keys {
@@ -399,7 +424,7 @@ func (e *runEnv) seed(ctx context.Context, stagger bool) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 4*e.o.ClientTimeout)
 	defer cancel()
-	rep := e.reps[0].cache.Load().Warm(wctx, e.keys, func(ctx context.Context, key string) (string, error) {
+	rep := c.Warm(wctx, e.keys, func(ctx context.Context, key string) (string, error) {
 		t := ttls[key]
 		herd.SetTTL(ctx, t[0], t[1])
 		return "0", nil
@@ -415,6 +440,7 @@ func (e *runEnv) seed(ctx context.Context, stagger bool) error {
 // warmAll has every replica warm the hottest keys at once, through the
 // backing store, as replicas starting together would.
 func (e *runEnv) warmAll(ctx context.Context) {
+	e.warmFrom = e.origin.Since()
 	wctx, cancel := context.WithTimeout(ctx, 4*e.o.ClientTimeout)
 	defer cancel()
 	var wg sync.WaitGroup

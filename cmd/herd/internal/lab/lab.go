@@ -30,7 +30,8 @@ var ScenarioDocs = map[string]string{
 	"node-kill": "keys in steady use with the TTL; at a quarter of the run the Redis node dies " +
 		"(embedded: the memory store goes down; --spawn-redis: SIGKILL) for 0.8×TTL, then comes back",
 	"cold-start": "replicas start with an empty cache and take traffic at once (variant cold), " +
-		"or first warm the hottest fifth of the keys with Cache.Warm (variant warm)",
+		"first warm the hottest fifth of the keys with Cache.Warm (variant warm), " +
+		"or warm them from a running fleet's hot set in the Store with Cache.WarmHot (variant fleet)",
 }
 
 // LayerDocs describes each rung in one line, for --list.
@@ -104,7 +105,8 @@ type Options struct {
 	// node-kill. Flush and cold-start keep values for ten times the run, so
 	// that every load they count follows the flush or the start.
 	TTL time.Duration
-	// Duration is the length of each run's traffic (cold-start: half of it).
+	// Duration is the length of each run's traffic (cold-start: half of it,
+	// a quarter in its fleet variant).
 	Duration time.Duration
 	// ClientTimeout bounds each request.
 	ClientTimeout time.Duration

@@ -3,9 +3,12 @@ package lab
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // small returns a small embedded suite on the fake clock.
@@ -154,8 +157,8 @@ func TestMultiKeyScenarios(t *testing.T) {
 		o.Scenarios = []string{"flush", "node-kill", "cold-start"}
 		o.Layers = []string{"none", "lease", "limiter"}
 		s := runSuite(t, o)
-		if len(s.Runs) != 12 {
-			t.Fatalf("%d runs, want 12 (flush and node-kill × 3, cold-start × 3 × cold/warm)", len(s.Runs))
+		if len(s.Runs) != 15 {
+			t.Fatalf("%d runs, want 15 (flush and node-kill × 3, cold-start × 3 × cold/warm/fleet)", len(s.Runs))
 		}
 		for _, c := range s.Checks {
 			if !c.OK {
@@ -183,11 +186,63 @@ func TestMultiKeyScenarios(t *testing.T) {
 		if w := get("cold-start", "lease", "warm"); w.Extra["waited_on_warmed_keys"] != 0 {
 			t.Errorf("cold-start/lease warm: %v waited on warmed keys", w.Extra["waited_on_warmed_keys"])
 		}
+		if f := get("cold-start", "lease", "fleet"); f.OriginCalls != 0 || f.Extra["warmed_keys"] != 4 {
+			t.Errorf("cold-start/lease fleet: %d calls, %v keys warmed per replica; want none and the hottest 4", f.OriginCalls, f.Extra["warmed_keys"])
+		}
 		if c := get("cold-start", "none", "cold"); c.WaitedOnOrigin == 0 {
 			t.Error("cold-start/none cold: no request waited on the backing store")
 		}
 		if l := get("cold-start", "limiter", "cold"); l.Extra["peak_per_replica"] > limiterSlots {
 			t.Errorf("cold-start/limiter: peak %v per replica over the cap", l.Extra["peak_per_replica"])
+		}
+	})
+}
+
+// TestColdStartFleet runs cold-start warm and warm from the fleet: a
+// veteran's reads fill the Store's hot set through ShareHotKeys, and the
+// replicas that warm from it take the hottest keys from the Store with no
+// backing-store call, where warming through the backing store loads them.
+func TestColdStartFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := small()
+		o.Scenarios = []string{"cold-start"}
+		o.Layers = []string{"none", "lease", "ahead"}
+		s := runSuite(t, o)
+		fleetChecks := map[string]int{}
+		for _, c := range s.Checks {
+			if !c.OK {
+				t.Errorf("check failed: %+v", c)
+			}
+			if strings.HasSuffix(c.Layer, "(fleet)") {
+				fleetChecks[c.Layer]++
+			}
+		}
+		// The three of the fleet, coalescing's and the lease's, the limiter's.
+		want := map[string]int{"none (fleet)": 3, "lease (fleet)": 5, "ahead (fleet)": 6}
+		if diff := cmp.Diff(want, fleetChecks); diff != "" {
+			t.Errorf("checks of the fleet variant (-want +got):\n%s", diff)
+		}
+		for _, r := range s.Runs {
+			switch r.Variant {
+			case "warm":
+				if r.Extra["warm_calls"] == 0 {
+					t.Errorf("%s warm: no backing-store call while warming through it", r.Layer)
+				}
+			case "fleet":
+				if r.OriginCalls != 0 || r.WaitedOnOrigin != 0 || r.Errors != 0 || r.Requests == 0 {
+					t.Errorf("%s fleet: %d calls, %d waited, %d errors of %d requests; want none of the first three",
+						r.Layer, r.OriginCalls, r.WaitedOnOrigin, r.Errors, r.Requests)
+				}
+				for k, v := range map[string]float64{"warm_calls": 0, "hot_set_keys": 4, "warmed_keys": 4} {
+					if r.Extra[k] != v {
+						t.Errorf("%s fleet: %s = %v, want %v", r.Layer, k, r.Extra[k], v)
+					}
+				}
+				if r.Extra["veteran_reads"] < veteranReads/2 || r.Extra["warmed_read_share"] < minWarmReadShare {
+					t.Errorf("%s fleet: %v veteran reads, warmed keys take %v of the hottest's reads",
+						r.Layer, r.Extra["veteran_reads"], r.Extra["warmed_read_share"])
+				}
+			}
 		}
 	})
 }
@@ -206,12 +261,14 @@ func TestLoadModels(t *testing.T) {
 		o.Check = false
 		s := runSuite(t, o)
 		open := s.Runs[0]
-		// Each request on its own goroutine: each of the two runs (cold and
-		// warm, whose warm-up gives up after 4 client timeouts) ends one
-		// client timeout after its 2s of arrivals, however slow the answers:
-		// 4.6s. Requests that waited for each other would take 600 × 100ms.
-		if took := s.Finished.Sub(s.Started); took > 6*time.Second {
-			t.Errorf("open loop: the run took %v for 2s of arrivals; requests waited for earlier ones", took)
+		// Each request on its own goroutine: each of the runs cold and warm
+		// (whose warm-up gives up after 4 client timeouts) ends one client
+		// timeout after its 2s of arrivals, however slow the answers: 4.6s;
+		// fleet, answered from the Store, after a 200ms period and 1s of
+		// arrivals. Requests that waited for each other would take
+		// 600 × 100ms.
+		if took := s.Finished.Sub(s.Started); took > 7*time.Second {
+			t.Errorf("open loop: the runs took %v for 5s of arrivals; requests waited for earlier ones", took)
 		}
 		want := o.Rate * float64(o.Replicas) * 2 // 600
 		if math.Abs(float64(open.Requests)-want) > 0.1*want {

@@ -55,9 +55,41 @@ func TestSpawnedRedis(t *testing.T) {
 	}
 }
 
+// TestSpawnedRedisFleet runs cold-start warm from the fleet on a real
+// Redis: the veteran's ShareHotKeys fills the hot set with ZINCRBY from its
+// own connection, and each replica, on a connection of its own, warms the
+// hottest keys from Redis with no backing-store call.
+func TestSpawnedRedisFleet(t *testing.T) {
+	o := redisSmall()
+	o.SpawnRedis = true
+	o.Scenarios = []string{"cold-start"}
+	s, err := RunSuite(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range s.Checks {
+		if !c.OK {
+			t.Errorf("check failed: %+v", c)
+		}
+		if c.Layer == "lease (fleet)" {
+			n++
+		}
+	}
+	if n != 5 {
+		t.Errorf("%d checks of lease (fleet), want 5 (the fleet's 3, per replica and per key)", n)
+	}
+	for _, r := range s.Runs {
+		if r.Variant == "fleet" && (r.OriginCalls != 0 || r.Extra["hot_set_keys"] != 2 || r.Extra["warmed_keys"] != 2) {
+			t.Errorf("fleet: %d calls, a hot set of %v, %v keys warmed per replica; want none and the hottest 2 of 10",
+				r.OriginCalls, r.Extra["hot_set_keys"], r.Extra["warmed_keys"])
+		}
+	}
+}
+
 // TestUserRedisLeftClean runs on a Redis the lab did not start, as with
-// --redis, and checks that the lab deletes every key it wrote and nothing
-// else.
+// --redis, and checks that the lab deletes every key it wrote (values,
+// leases, the hot set) and nothing else.
 func TestUserRedisLeftClean(t *testing.T) {
 	ctx := context.Background()
 	srv, err := redisproc.Start(ctx)
@@ -73,7 +105,7 @@ func TestUserRedisLeftClean(t *testing.T) {
 
 	o := redisSmall()
 	o.RedisAddr = srv.Addr()
-	o.Scenarios = []string{"hot-key", "flush"}
+	o.Scenarios = []string{"hot-key", "flush", "cold-start"}
 	s, err := RunSuite(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +114,9 @@ func TestUserRedisLeftClean(t *testing.T) {
 		t.Errorf("backend %q", s.Backend)
 	}
 	for _, r := range s.Runs {
-		if r.OriginCalls == 0 || r.Errors != 0 {
-			t.Errorf("%s: %d calls, %d errors", r.Scenario, r.OriginCalls, r.Errors)
+		// Warm from the fleet, cold-start makes no call.
+		if (r.OriginCalls == 0) != (r.Variant == "fleet") || r.Errors != 0 {
+			t.Errorf("%s %s: %d calls, %d errors", r.Scenario, r.Variant, r.OriginCalls, r.Errors)
 		}
 	}
 	keys, err := c.Keys(ctx, "*").Result()

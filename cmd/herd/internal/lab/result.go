@@ -40,8 +40,8 @@ type Config struct {
 type Run struct {
 	Scenario string `json:"scenario"`
 	Layer    string `json:"layer"`
-	// Variant distinguishes runs of one scenario and layer (e.g. "warm" and
-	// "cold" in cold-start); empty when there is one.
+	// Variant distinguishes runs of one scenario and layer (cold-start's
+	// "cold", "warm" and "fleet"); empty when there is one.
 	Variant string `json:"variant,omitempty"`
 
 	Requests       int64   `json:"requests"`

@@ -100,7 +100,8 @@ func RunSuite(ctx context.Context, o Options) (*Suite, error) {
 }
 
 // plans lists the runs of o: scenario by scenario, the layers in ladder
-// order, cold-start once cold and once warm per layer.
+// order, cold-start once cold, once warm and once warm from the fleet per
+// layer.
 func (o *Options) plans() []plan {
 	var out []plan
 	for _, sc := range Scenarios {
@@ -112,7 +113,7 @@ func (o *Options) plans() []plan {
 				continue
 			}
 			if sc == "cold-start" {
-				out = append(out, plan{sc, l, "cold"}, plan{sc, l, "warm"})
+				out = append(out, plan{sc, l, "cold"}, plan{sc, l, "warm"}, plan{sc, l, "fleet"})
 				continue
 			}
 			out = append(out, plan{sc, l, ""})
