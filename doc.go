@@ -44,6 +44,13 @@
 //     once and one background refresh runs (stale-while-revalidate); if that
 //     refresh fails the stale value goes on being served until the hard TTL
 //     (stale-if-error). A value is never served past its hard TTL.
+//   - After MarkStale on a replica returns, the value is stale on that
+//     replica (and in the Store): it is served as stale values are, while
+//     one refresh replaces it, and a load that began before MarkStale is
+//     refused as after Set. Other replicas mark their copies on the notice,
+//     within the same bound as a write's notice.
+//   - GetIfPresent reports only what Get would serve at once as fresh,
+//     within the same bound; it never loads, reads the Store or refreshes.
 //   - With NoStale (per cache or per call) nothing stale is ever served: a
 //     stale value is a miss, and a failed load returns its error.
 //   - Errors are never cached; only [ErrNotFound] is, and only when
