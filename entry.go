@@ -69,6 +69,15 @@ func (e *entry[V]) result() (V, error) {
 	return e.value, nil
 }
 
+// newerThan reports whether e holds a later value than o: a higher fence
+// when both fences are known, else a later soft expiry.
+func (e *entry[V]) newerThan(o *entry[V]) bool {
+	if ef, of := e.fence.Load(), o.fence.Load(); ef != 0 && of != 0 {
+		return ef > of
+	}
+	return e.soft > o.soft
+}
+
 // staleCopy returns a copy of e that went stale at now, under fence if
 // that is newer than e's.
 func (e *entry[V]) staleCopy(now int64, fence uint64) *entry[V] {
@@ -147,6 +156,8 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 	switch {
 	case ok && cur == e && !write:
 		return true // put already, by a caller that shared its read
+	case ok && !write && cur.newerThan(e):
+		return false // a read of the Store that began before a refresh here landed
 	case ok && cur.soft == e.soft && cur.read.Load():
 		e.read.Store(true) // the same value read again: it was read
 	}
