@@ -130,12 +130,16 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	if n, ok := cfg.Store.(Notifier); ok {
 		c.unsubscribe = n.Subscribe(c.noticed)
 	}
+	// The timers read their own fields under pins.mu: a short period may
+	// fire before New returns.
+	c.pins.mu.Lock()
 	if c.hot != nil {
 		c.pins.scan = time.AfterFunc(cfg.SoftTTL, c.scanHot)
 	}
 	if c.shared != nil {
 		c.pins.share = time.AfterFunc(c.sharePeriod(), c.shareHot)
 	}
+	c.pins.mu.Unlock()
 	return c, nil
 }
 

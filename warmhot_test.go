@@ -141,3 +141,26 @@ func TestWarmHotErrors(t *testing.T) {
 		t.Errorf("WarmHot after Close: %v, want ErrClosed", err)
 	}
 }
+
+// The hot-set and refresh-ahead timers may fire before New returns: with
+// periods this short, -race sees any unguarded start.
+func TestShortPeriodsStartCleanly(t *testing.T) {
+	r := memory.New()
+	for range 50 {
+		c, err := herd.New(&herd.Options[int]{
+			MaxEntries: 10, SoftTTL: time.Millisecond, Store: r,
+			ShareHotKeys: 1, ShareHotKeysEvery: time.Nanosecond,
+			MaxRefreshAhead: 1, RefreshAheadHot: 1,
+			Load: func(context.Context, string) (int, error) { return 1, nil },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(t.Context(), "k", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
