@@ -46,10 +46,11 @@ type fleetWarm struct {
 // backing-store call by a cache that shares no hot keys; a veteran of that
 // fleet, a cache on replica 0's connection, reads the keys with their Zipf
 // popularity from its start until its ShareHotKeys has added its hot keys
-// to the Store's hot set, at the end of its first period. Then every
-// replica, empty, calls WarmHot for the hottest fifth before it takes
-// traffic. A hot set still empty two periods and a client timeout after the
-// veteran started is recorded as such, and the replicas take traffic cold.
+// to the Store's hot set at the end of its first period, and for one period
+// more. Then every replica, empty, calls WarmHot for the hottest fifth
+// before it takes traffic. A hot set still empty three periods and a
+// client timeout after the veteran started is recorded as such, and the
+// replicas take traffic cold.
 func (e *runEnv) warmFromFleet(ctx context.Context) error {
 	hs, ok := e.reps[0].store.(herd.HotSet)
 	if !ok {
@@ -76,12 +77,21 @@ func (e *runEnv) warmFromFleet(ctx context.Context) error {
 		return err
 	}
 	e.veteran = vet
-	vctx, cancel := context.WithTimeout(ctx, 2*e.sharePeriod()+e.o.ClientTimeout)
+	period := e.sharePeriod()
+	vctx, cancel := context.WithTimeout(ctx, 3*period+e.o.ClientTimeout)
 	defer cancel()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { f.veteranReads, f.veteranErrors = e.veteranTraffic(vctx, vet, stop) })
 	f.hotKeys = e.waitHot(vctx, hs)
+	// The first share may count only part of a period of reads (fewer
+	// still on a busy machine): read the set again once a whole period
+	// more has been shared.
+	if len(f.hotKeys) > 0 && sleepUntil(vctx, e.origin, e.origin.Since()+period+period/10) {
+		if keys := e.waitHot(vctx, hs); len(keys) > 0 {
+			f.hotKeys = keys
+		}
+	}
 	close(stop)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
