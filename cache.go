@@ -339,6 +339,21 @@ func (c *Cache[V]) young(e *entry[V], now int64) bool {
 	return c.cfg.NearTTL != 0 && now < addTime(e.near, c.cfg.NearTTL) && e.born > c.trustFloor.Load() && !c.brk.open()
 }
 
+// remoteChange makes the Store call of a Set, Invalidate or MarkStale (op)
+// of key, unless the breaker is open, and records its outcome; an error
+// wraps ErrDegraded.
+func (c *Cache[V]) remoteChange(ctx context.Context, op, key string, call func() error) error {
+	if !c.brk.allow() {
+		return fmt.Errorf("%w: %s %q: breaker open", ErrDegraded, op, key)
+	}
+	err := call()
+	c.remoteDone(ctx, err)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q: %w", ErrDegraded, op, key, err)
+	}
+	return nil
+}
+
 // remoteDone records the outcome of a remote call for the breaker and the stats.
 func (c *Cache[V]) remoteDone(ctx context.Context, err error) {
 	if err != nil {
@@ -439,13 +454,10 @@ func (c *Cache[V]) SetWithTTL(ctx context.Context, key string, v V, soft, hard t
 	var err error
 	if c.cfg.Store != nil {
 		var f uint64
-		if !c.brk.allow() {
-			err = fmt.Errorf("%w: set %q: breaker open", ErrDegraded, key)
-		} else if f, err = c.cfg.Store.Set(ctx, key, env, hard); err != nil {
-			c.remoteDone(ctx, err)
-			err = fmt.Errorf("%w: set %q: %w", ErrDegraded, key, err)
-		} else {
-			c.remoteDone(ctx, nil)
+		if err = c.remoteChange(ctx, "set", key, func() (err error) {
+			f, err = c.cfg.Store.Set(ctx, key, env, hard)
+			return err
+		}); err == nil {
 			e.fence.Store(f)
 			if c.cfg.NearTTL > 0 {
 				e.near = addTime(c.clk.now(), c.cfg.NearTTL)
@@ -488,14 +500,10 @@ func (c *Cache[V]) MarkStale(ctx context.Context, key string) error {
 		fence uint64
 	)
 	if st != nil {
-		if !c.brk.allow() {
-			err = fmt.Errorf("%w: mark stale %q: breaker open", ErrDegraded, key)
-		} else if fence, err = st.MarkStale(ctx, key); err != nil {
-			c.remoteDone(ctx, err)
-			err = fmt.Errorf("%w: mark stale %q: %w", ErrDegraded, key, err)
-		} else {
-			c.remoteDone(ctx, nil)
-		}
+		err = c.remoteChange(ctx, "mark stale", key, func() (err error) {
+			fence, err = st.MarkStale(ctx, key)
+			return err
+		})
 	}
 	c.gens.endChange(key, func() {
 		e, ok := c.local.GetIfPresent(key)
@@ -529,14 +537,7 @@ func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
 	c.flights.Forget(key)
 	var err error
 	if c.cfg.Store != nil {
-		if !c.brk.allow() {
-			err = fmt.Errorf("%w: invalidate %q: breaker open", ErrDegraded, key)
-		} else if err = c.cfg.Store.Invalidate(ctx, key); err != nil {
-			c.remoteDone(ctx, err)
-			err = fmt.Errorf("%w: invalidate %q: %w", ErrDegraded, key, err)
-		} else {
-			c.remoteDone(ctx, nil)
-		}
+		err = c.remoteChange(ctx, "invalidate", key, func() error { return c.cfg.Store.Invalidate(ctx, key) })
 	}
 	// A read of the Store made while it still held the old value may have
 	// put that value back in the local tier, or started a flight that would
