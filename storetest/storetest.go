@@ -39,11 +39,15 @@ const (
 // still write until the fence advances (a tier may expire a fence, but not
 // sooner than its lease). When the Lease is a [herd.WriteReleaser], Run checks WriteRelease
 // too, and when the Store is a [herd.HotSet] or a [herd.Staler], those.
+//
+// The batch contracts are checked when implemented: LoadMany when the Store
+// is a [herd.BatchStore], and AcquireMany, ExtendMany and WriteReleaseMany
+// when the Lease is a [herd.BatchLease], each entry against what its
+// single-key call does. Run calls newFleet once more itself to find out which
+// the tier implements; it adds no batch subtest for a contract the tier
+// lacks, rather than one that passes without checking anything.
 func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, herd.Store, herd.Lease)
-	}{
+	tests := []subtest{
 		{"LoadMissing", testLoadMissing},
 		{"WriteUnderAcquiredFence", testWriteUnderAcquiredFence},
 		{"StaleFenceRefused", testStaleFenceRefused},
@@ -68,7 +72,9 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 		{"Notifier", testNotifier},
 		{"HotSet", testHotSet},
 		{"MarkStale", testMarkStale},
-	} {
+	}
+	tests = append(tests, batchTests(newFleet(t))...)
+	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, l := newFleet(t)
