@@ -1,0 +1,101 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"time"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/internal/envelope"
+)
+
+var (
+	_ herd.BatchStore = (*Remote)(nil)
+	_ herd.BatchLease = (*Remote)(nil)
+)
+
+// The batch calls of a Remote make one single-key call per entry, in
+// order: each entry is as atomic as that call, fails as it would (a down
+// remote, an ended ctx, a rejected argument) without affecting the other
+// entries, and counts in [Stats] exactly as that call. Another caller may
+// act between two entries of a batch, as between the keys of a Redis
+// batch that spans servers.
+
+// LoadMany does what Load does for each key.
+func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
+	out := make([]herd.Loaded, len(keys))
+	for i, key := range keys {
+		out[i].Value, out[i].Err = r.Load(ctx, key)
+	}
+	return out
+}
+
+// AcquireMany does what Acquire does for each request, and when the lease
+// is taken or found held sets Stale to a copy of the value stored under
+// the key, if it has one that was not fresh enough or does not decode.
+func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl time.Duration) []herd.Acquired {
+	out := make([]herd.Acquired, len(reqs))
+	for i, req := range reqs {
+		r.mu.Lock()
+		out[i] = r.acquire(ctx, req.Key, ttl, req.After)
+		r.mu.Unlock()
+	}
+	return out
+}
+
+// acquire is Acquire with r.mu held, with the stale value of AcquireMany.
+// It must decide as Acquire does: TestAcquireManyMatchesAcquire checks it.
+func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) herd.Acquired {
+	if err := r.check(ctx, "acquire", key); err != nil {
+		return herd.Acquired{Err: err}
+	}
+	if err := r.checkTTL(ttl, "acquire", key); err != nil {
+		return herd.Acquired{Err: err}
+	}
+	now := time.Now()
+	e := r.entry(key, now, true)
+	if e.value != nil {
+		ev, err := envelope.Decode(e.value)
+		if err == nil && ev.Soft > now.UnixMilli() && ev.Soft > after.UnixMilli() {
+			r.stats.AcquireValue++
+			return herd.Acquired{Grant: herd.Grant{Value: bytes.Clone(e.value)}}
+		}
+	}
+	if e.token != "" {
+		r.stats.AcquireHeld++
+		return herd.Acquired{Grant: herd.Grant{HeldFor: e.leaseEnd.Sub(now)}, Stale: bytes.Clone(e.value)}
+	}
+	if err := r.canAdvance(e, "acquire", key); err != nil {
+		return herd.Acquired{Err: err}
+	}
+	e.token = rand.Text()
+	e.leaseEnd = now.Add(ttl)
+	advance(e, nextFence(e, now), now, ttl)
+	r.stats.AcquireLease++
+	return herd.Acquired{Grant: herd.Grant{Token: e.token, Fence: e.fence}, Stale: bytes.Clone(e.value)}
+}
+
+// ExtendMany does what Extend does for each lease.
+func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time.Duration) []herd.Outcome {
+	out := make([]herd.Outcome, len(leases))
+	for i, l := range leases {
+		out[i].OK, out[i].Err = r.Extend(ctx, l.Key, l.Token, ttl)
+	}
+	return out
+}
+
+// WriteReleaseMany does what WriteRelease does for each write, or Release
+// when its Env is nil. Each stored value notifies subscribers on its own
+// and each release announces its key's completion, as the single calls do.
+func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) []herd.Outcome {
+	out := make([]herd.Outcome, len(writes))
+	for i, w := range writes {
+		if w.Env == nil {
+			out[i].Err = r.Release(ctx, w.Key, w.Token)
+			continue
+		}
+		out[i].OK, out[i].Err = r.WriteRelease(ctx, w.Key, w.Env, w.Fence, w.TTL, w.Token)
+	}
+	return out
+}
