@@ -24,6 +24,7 @@ var (
 
 // LoadMany does what Load does for each key.
 func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
+	r.countBatch()
 	out := make([]herd.Loaded, len(keys))
 	for i, key := range keys {
 		out[i].Value, out[i].Err = r.Load(ctx, key)
@@ -35,6 +36,7 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 // is taken or found held sets Stale to a copy of the value stored under
 // the key, if it has one that was not fresh enough or does not decode.
 func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl time.Duration) []herd.Acquired {
+	r.countBatch()
 	out := make([]herd.Acquired, len(reqs))
 	for i, req := range reqs {
 		r.mu.Lock()
@@ -45,7 +47,6 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 }
 
 // acquire is Acquire with r.mu held, with the stale value of AcquireMany.
-// It must decide as Acquire does: TestAcquireManyMatchesAcquire checks it.
 func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) herd.Acquired {
 	if err := r.check(ctx, "acquire", key); err != nil {
 		return herd.Acquired{Err: err}
@@ -78,6 +79,7 @@ func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, aft
 
 // ExtendMany does what Extend does for each lease.
 func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time.Duration) []herd.Outcome {
+	r.countBatch()
 	out := make([]herd.Outcome, len(leases))
 	for i, l := range leases {
 		out[i].OK, out[i].Err = r.Extend(ctx, l.Key, l.Token, ttl)
@@ -89,6 +91,7 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 // when its Env is nil. Each stored value notifies subscribers on its own
 // and each release announces its key's completion, as the single calls do.
 func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) []herd.Outcome {
+	r.countBatch()
 	out := make([]herd.Outcome, len(writes))
 	for i, w := range writes {
 		if w.Env == nil {
@@ -98,4 +101,11 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) 
 		out[i].OK, out[i].Err = r.WriteRelease(ctx, w.Key, w.Env, w.Fence, w.TTL, w.Token)
 	}
 	return out
+}
+
+// countBatch counts one batch call in Stats.
+func (r *Remote) countBatch() {
+	r.mu.Lock()
+	r.stats.Batches++
+	r.mu.Unlock()
 }

@@ -4,7 +4,6 @@ package memory
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"math"
 	"sync"
@@ -96,6 +95,10 @@ type Stats struct {
 	Releases      uint64 // Release calls that gave up a held lease
 	Announces     uint64 // completions announced to Wait-ers (one per Release)
 	Failures      uint64 // calls that returned an error
+	// Batches counts LoadMany, AcquireMany, ExtendMany and WriteReleaseMany
+	// calls, whatever their entries' outcomes; each entry also counts as
+	// its single call.
+	Batches uint64
 }
 
 var (
@@ -272,33 +275,8 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.check(ctx, "acquire", key); err != nil {
-		return herd.Grant{}, err
-	}
-	if err := r.checkTTL(ttl, "acquire", key); err != nil {
-		return herd.Grant{}, err
-	}
-	now := time.Now()
-	e := r.entry(key, now, true)
-	if e.value != nil {
-		ev, err := envelope.Decode(e.value)
-		if err == nil && ev.Soft > now.UnixMilli() && ev.Soft > after.UnixMilli() {
-			r.stats.AcquireValue++
-			return herd.Grant{Value: bytes.Clone(e.value)}, nil
-		}
-	}
-	if e.token != "" {
-		r.stats.AcquireHeld++
-		return herd.Grant{HeldFor: e.leaseEnd.Sub(now)}, nil
-	}
-	if err := r.canAdvance(e, "acquire", key); err != nil {
-		return herd.Grant{}, err
-	}
-	e.token = rand.Text()
-	e.leaseEnd = now.Add(ttl)
-	advance(e, nextFence(e, now), now, ttl)
-	r.stats.AcquireLease++
-	return herd.Grant{Token: e.token, Fence: e.fence}, nil
+	a := r.acquire(ctx, key, ttl, after)
+	return a.Grant, a.Err
 }
 
 // Extend pushes key's lease expiry to ttl from now if token holds a live
