@@ -97,6 +97,12 @@ type call[V any] struct {
 	// never in the map, not counted by InFlight.
 	unshared bool
 	wgUsed   bool // wg's count is 1: a caller waits on it
+
+	// cstate is the function's context state: whether and why it ended
+	// (it changes once, from ctxLive). Not guarded by mu; it sits here to
+	// fill the word of the fields above.
+	cstate atomic.Uint32
+
 	// done is closed once val and err are set; the first caller that must
 	// select on it makes it.
 	done chan struct{}
@@ -116,10 +122,14 @@ type call[V any] struct {
 	base     *time.Time      // the group's base time
 	deadline time.Duration   // since *base
 
-	// The function's context state: cstate says whether and why it ended
-	// (it changes once, from ctxLive); cx is set by the first Done.
-	cstate atomic.Uint32
-	cx     atomic.Pointer[ctxDone]
+	// cx is the function's context's Done channel, set by the first Done.
+	cx atomic.Pointer[ctxDone]
+
+	// batch is set, before the call enters the map, on a flight that
+	// DoMany leads in a group with CancelWhenAbandoned: the context of
+	// that DoMany's function, told when this call's own context ends. Nil
+	// otherwise; read-only afterwards.
+	batch *batch[V]
 }
 
 // States of a flight's context.
@@ -266,16 +276,7 @@ func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V
 // join adds a caller to the running flight c and waits for its result. g.mu
 // is held on entry and released here.
 func (g *Group[K, V]) join(ctx context.Context, done <-chan struct{}, c *call[V], key K) (v V, err error, shared bool) {
-	c.waiters++
-	c.joins++
-	if done == nil {
-		if !c.wgUsed {
-			c.wgUsed = true
-			c.wg.Add(1)
-		}
-	} else if c.done == nil {
-		c.done = make(chan struct{})
-	}
+	c.enlist(done == nil)
 	g.mu.Unlock()
 	if g.OnJoin != nil {
 		g.OnJoin(key)
@@ -287,6 +288,22 @@ func (g *Group[K, V]) join(ctx context.Context, done <-chan struct{}, c *call[V]
 	return g.wait(ctx, done, c, key, true)
 }
 
+// enlist counts one more caller joining c and readies what it will wait
+// on: the WaitGroup if block (its ctx can never end), the done channel
+// otherwise. g.mu is held.
+func (c *call[V]) enlist(block bool) {
+	c.waiters++
+	c.joins++
+	if block {
+		if !c.wgUsed {
+			c.wgUsed = true
+			c.wg.Add(1)
+		}
+	} else if c.done == nil {
+		c.done = make(chan struct{})
+	}
+}
+
 // wait waits for c's result or for ctx to end, whichever comes first.
 func (g *Group[K, V]) wait(ctx context.Context, done <-chan struct{}, c *call[V], key K, joined bool) (v V, err error, shared bool) {
 	select {
@@ -295,17 +312,25 @@ func (g *Group[K, V]) wait(ctx context.Context, done <-chan struct{}, c *call[V]
 	case <-done:
 	}
 	g.mu.Lock()
-	c.waiters--
-	abandoned := c.waiters == 0 && g.CancelWhenAbandoned
-	if abandoned && c.inMap {
-		delete(g.m, key)
-		c.inMap = false
-	}
+	abandoned := g.leave(c, key)
 	g.mu.Unlock()
 	if abandoned {
 		c.end(ctxCanceled)
 	}
 	return v, waitError(ctx), false
+}
+
+// leave stops counting a caller that gave up as a waiter of c. It reports
+// whether c is abandoned now, in which case it has left the map and the
+// caller must end its context once g.mu is released. g.mu is held.
+func (g *Group[K, V]) leave(c *call[V], key K) (abandoned bool) {
+	c.waiters--
+	abandoned = c.waiters == 0 && g.CancelWhenAbandoned
+	if abandoned && c.inMap {
+		delete(g.m, key)
+		c.inMap = false
+	}
+	return abandoned
 }
 
 // waitError is the error of a caller whose ctx ended before its result came.
@@ -400,6 +425,9 @@ func (c *call[V]) end(reason uint32) {
 	// stores it later sees the new state itself.
 	if x := c.cx.Load(); x != nil {
 		x.close()
+	}
+	if b := c.batch; b != nil {
+		b.keyEnded()
 	}
 }
 
