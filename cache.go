@@ -275,24 +275,33 @@ func (c *Cache[V]) GetIfPresent(key string) (V, bool) {
 // lead has come), or stale unless the call wants no stale value. When it is
 // not, the call is a miss.
 func (c *Cache[V]) hitNear(ctx context.Context, key string, load LoadFunc[V], e *entry[V], opts []CallOption) bool {
+	serve, refresh := c.near(ctx, key, e, opts)
+	if refresh != nil {
+		c.refresh(ctx, key, load, e, refresh)
+	}
+	return serve
+}
+
+// near is hitNear's decision, and the counter of the refresh that serving e
+// starts (nil: none), for the caller to start it.
+func (c *Cache[V]) near(ctx context.Context, key string, e *entry[V], opts []CallOption) (serve bool, refresh *stripedCounter) {
 	now := c.clk.now()
 	if now >= e.hard || !c.servable(ctx, key, e, now) {
-		return false
+		return false, nil
 	}
 	if now < e.soft {
 		c.hit(key, e)
 		if now >= e.soft-e.lead {
-			c.refresh(ctx, key, load, e, &c.st.earlyRefreshes)
+			return true, &c.st.earlyRefreshes
 		}
-		return true
+		return true, nil
 	}
 	if c.noStale(opts) {
-		return false
+		return false, nil
 	}
 	c.markRead(e)
 	c.got(key, ResultStale)
-	c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
-	return true
+	return true, &c.st.staleRefreshes
 }
 
 // hit counts a fresh hit on e.
@@ -389,10 +398,13 @@ func (c *Cache[V]) loader(key string, load LoadFunc[V]) LoadFunc[V] {
 	if load != nil {
 		return load
 	}
-	if c.cfg.Load == nil {
-		return nil
+	switch {
+	case c.cfg.Load != nil:
+		return func(ctx context.Context) (V, error) { return c.cfg.Load(ctx, key) }
+	case c.cfg.LoadMany != nil:
+		return oneOf(key, c.cfg.LoadMany)
 	}
-	return func(ctx context.Context) (V, error) { return c.cfg.Load(ctx, key) }
+	return nil
 }
 
 // noticed handles a change notice from another replica: the zero Notice

@@ -51,6 +51,12 @@ type attempt[V any] struct {
 func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attempt[V], error) {
 	g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, after))
 	c.remoteDone(ctx, err)
+	return c.grantAttempt(ctx, key, g, err)
+}
+
+// grantAttempt is the attempt that the lease's answer g (or err) to an
+// acquisition of key makes, remembered as tryLease remembers it.
+func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err error) (attempt[V], error) {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return attempt[V]{}, fmt.Errorf("herd: %w", ctx.Err())
@@ -181,6 +187,9 @@ type heldLease struct {
 	fence      uint64
 	stop       func() // stops the watchdog; nil while none runs
 	ended      bool
+	// batch, when not nil, is the batch whose watchdog extends this lease
+	// and whose write-back ends it.
+	batch *leaseBatch
 }
 
 // heldFrom is the lease that g grants on key, with no watchdog yet.
@@ -210,24 +219,46 @@ func (c *Cache[V]) endLease(ctx context.Context, h *heldLease, env []byte, ttl t
 	if ttl <= 0 {
 		env = nil // expired already: nothing worth writing
 	}
+	end := leaseEnd{h: h, env: env, ttl: ttl, refused: func() { c.unpublish(h.key, e) }}
+	if h.batch != nil {
+		h.batch.end(end) // written with the rest of its batch (flushLeases)
+		return
+	}
 	c.goBackground(func() {
 		rctx, cancel := c.remoteCtx(ctx)
 		defer cancel()
-		defer c.gens.forgetHeld(h.key)
 		if env == nil {
-			c.remoteDone(rctx, c.cfg.Lease.Release(rctx, h.key, h.token))
+			err := c.cfg.Lease.Release(rctx, h.key, h.token)
+			c.remoteDone(rctx, err)
+			c.leaseEnded(end, false, err)
 			return
 		}
 		wrote, err := c.writeRelease(rctx, h, env, ttl)
 		c.remoteDone(rctx, err)
-		if err == nil && !wrote {
-			c.unpublish(h.key, e) // a newer write or an invalidation won
-			c.st.fencedWrites.add(1)
-			if c.recorder != nil {
-				c.recorder.RecordLease(LeaseFenced, 0)
-			}
-		}
+		c.leaseEnded(end, wrote, err)
 	})
+}
+
+// leaseEnd is the end of one held lease: the write of env for ttl, when env
+// is not nil, and the release; refused drops the load's local entry.
+type leaseEnd struct {
+	h       *heldLease
+	env     []byte
+	ttl     time.Duration
+	refused func()
+}
+
+// leaseEnded records how the end of a lease went: a write the fence refused
+// (a newer write or an invalidation won) drops the load's local entry.
+func (c *Cache[V]) leaseEnded(end leaseEnd, wrote bool, err error) {
+	c.gens.forgetHeld(end.h.key)
+	if err == nil && end.env != nil && !wrote {
+		end.refused()
+		c.st.fencedWrites.add(1)
+		if c.recorder != nil {
+			c.recorder.RecordLease(LeaseFenced, 0)
+		}
+	}
 }
 
 // writeRelease writes env under h's fence and releases h.

@@ -73,43 +73,71 @@ type directivesKey struct{}
 
 // SetTTL sets, from inside a load, the soft and hard TTL of the entry that
 // load is making (before jitter); hard below soft means no stale window.
-// Outside a load it does nothing.
+// Inside a batch load it sets them for every key of the call ([SetTTLFor]
+// sets one key's). Outside a load it does nothing.
 func SetTTL(ctx context.Context, soft, hard time.Duration) {
+	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok && soft > 0 {
+		ds.update("", true, func(d *directives) { d.soft, d.hard = soft, hard })
+		return
+	}
 	if d, ok := ctx.Value(directivesKey{}).(*directives); ok && soft > 0 {
 		d.soft, d.hard = soft, hard
 	}
 }
 
 // NoCache tells the cache, from inside a load, to return the value the load
-// returns to its callers without caching it in either tier. Outside a load
-// it does nothing.
+// returns to its callers without caching it in either tier; inside a batch
+// load, every value it returns ([NoCacheFor] tells it of one key's).
+// Outside a load it does nothing.
 func NoCache(ctx context.Context) {
+	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok {
+		ds.update("", true, func(d *directives) { d.noCache = true })
+		return
+	}
 	if d, ok := ctx.Value(directivesKey{}).(*directives); ok {
 		d.noCache = true
 	}
 }
 
 // runLoad calls load, cancelled if the cache closes, and measures it.
-func (c *Cache[V]) runLoad(ctx context.Context, key string, load LoadFunc[V], background bool) (v V, elapsed time.Duration, d *directives, err error) {
+func (c *Cache[V]) runLoad(ctx context.Context, key string, load LoadFunc[V], background bool) (v V, elapsed time.Duration, d directives, err error) {
+	dp := &directives{}
+	elapsed, err = c.timeLoad(context.WithValue(ctx, directivesKey{}, dp), []string{key}, background, func(lctx context.Context) (err error) {
+		v, err = load(lctx)
+		return err
+	})
+	return v, elapsed, *dp, err
+}
+
+// timeLoad runs call, the load of keys (one key, or a batch), cancelled if
+// the cache closes, and measures it.
+func (c *Cache[V]) timeLoad(ctx context.Context, keys []string, background bool, call func(context.Context) error) (elapsed time.Duration, err error) {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(c.closeCtx, cancel)
 	defer stop()
-	d = &directives{}
-	lctx = context.WithValue(lctx, directivesKey{}, d)
-	op := "herd.load"
-	if background {
+	op, key := "herd.load", keys[0]
+	switch {
+	case len(keys) > 1 && background:
+		op, key = "herd.refresh_many", ""
+	case len(keys) > 1:
+		op, key = "herd.load_many", ""
+	case background:
 		op = "herd.refresh"
 	}
 	lctx, end := c.span(lctx, op, key)
-	c.st.loads.add(1)
-	c.countLoad(key)
-	c.keyLoads.start(key)
+	c.st.loads.add(int64(len(keys)))
+	for _, k := range keys {
+		c.countLoad(k)
+		c.keyLoads.start(k)
+	}
 	start := time.Now()
 	returned := false
 	defer func() {
 		elapsed = time.Since(start)
-		c.keyLoads.done(key)
+		for _, k := range keys {
+			c.keyLoads.done(k)
+		}
 		c.loadDur.observe(elapsed)
 		if c.recorder != nil {
 			c.recorder.RecordLoad(elapsed, err, background)
@@ -120,7 +148,7 @@ func (c *Cache[V]) runLoad(ctx context.Context, key string, load LoadFunc[V], ba
 		}
 		end(err)
 	}()
-	v, err = load(lctx)
+	err = call(lctx)
 	returned = true
-	return v, 0, d, err
+	return 0, err
 }

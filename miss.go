@@ -71,7 +71,13 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 			return e.result()
 		}
 	}
-	return zero, fmt.Errorf("%w: %q: no fresh value after %d attempts", ErrNoFreshValue, key, maxMissAttempts)
+	return zero, errNoFresh(key)
+}
+
+// errNoFresh is the error of a NoStale miss of key that found no fresh
+// value in maxMissAttempts.
+func errNoFresh(key string) error {
+	return fmt.Errorf("%w: %q: no fresh value after %d attempts", ErrNoFreshValue, key, maxMissAttempts)
 }
 
 // maxMissAttempts bounds the flights of one NoStale miss that keep finding
@@ -318,18 +324,30 @@ func (f *fillState[V]) takeLease(ctx context.Context) (*heldLease, *entry[V], er
 			return nil, nil, err
 		}
 	}
+	held, e := f.settleAttempt(a)
+	if held != nil {
+		c.hold(ctx, held)
+	}
+	return held, e, nil
+}
+
+// settleAttempt is what a miss does with the last answer of the lease
+// (not leaseHeld): the lease this replica took, with no watchdog yet, or a
+// value to serve, or neither, to load without a lease (written unfenced
+// over an undecodable value, or not at all when the tier failed).
+func (f *fillState[V]) settleAttempt(a attempt[V]) (*heldLease, *entry[V]) {
 	switch a.outcome {
 	case leaseGranted:
-		return c.hold(ctx, heldFrom(f.key, a.grant)), nil, nil
+		return heldFrom(f.key, a.grant), nil
 	case leaseFound:
-		if !a.e.stale(c.clk.now()) {
-			c.setLocal(f.key, a.e, f.gen)
+		if !a.e.stale(f.c.clk.now()) {
+			f.c.setLocal(f.key, a.e, f.gen)
 		}
-		return nil, a.e, nil
+		return nil, a.e
 	case leaseFailed:
 		f.remoteUp = false
 	}
-	return nil, nil, nil // undecodable: load and overwrite it unfenced
+	return nil, nil
 }
 
 // lose applies the loser policy to a lease another replica holds: serve the
@@ -372,6 +390,13 @@ func (f *fillState[V]) takeSlot(ctx context.Context) (release func(), err error)
 func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held *heldLease) (*entry[V], error) {
 	c := f.c
 	v, delta, d, err := c.runLoad(ctx, f.key, load, f.mode == background)
+	return f.stored(ctx, v, delta, d, err, held)
+}
+
+// stored settles a fill with what its load returned: v, or err, measured
+// as delta, with the load's own decisions d.
+func (f *fillState[V]) stored(ctx context.Context, v V, delta time.Duration, d directives, err error, held *heldLease) (*entry[V], error) {
+	c := f.c
 	now := c.clk.now()
 	if err != nil {
 		return f.loadFailed(ctx, err, held, now)
@@ -420,6 +445,12 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	r.gen, r.puts = c.gens.get(key)
 	env, err := c.cfg.Store.Load(ctx, key)
 	c.remoteDone(ctx, err)
+	c.readOf(&r, key, env, err)
+	return r
+}
+
+// readOf fills r with what one read of key from the Store returned.
+func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
 	switch {
 	case errors.Is(err, ErrRejected):
 		c.st.decodeErrors.add(1) // the key holds nothing this cache can use
@@ -430,5 +461,4 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	default:
 		r.e, _ = c.decode(key, env)
 	}
-	return r
 }

@@ -188,8 +188,16 @@ type Options[V any] struct {
 	Codec Codec[V]
 
 	// Load is the loader used when Get is given none. Nil means every Get
-	// must pass one.
+	// must pass one, unless LoadMany is set.
 	Load func(ctx context.Context, key string) (V, error)
+	// LoadMany is the batch loader used when GetMany is given none. It also
+	// stands in for Load when Load is nil, with one key per call, for Get,
+	// refresh-ahead and [Cache.Warm], which then loads its keys in batches.
+	LoadMany BatchLoadFunc[V]
+	// MaxBatch is the most keys one call of a batch loader is given; a
+	// GetMany that must load more splits them. Zero means no limit; it must
+	// not be negative.
+	MaxBatch int
 
 	// MaxRefreshAhead is how many keys may be kept fresh ahead of their
 	// expiry at once: pinned ([Cache.Pin]) and hot (RefreshAheadHot) keys
@@ -296,6 +304,9 @@ func (o *Options[V]) validate() (config[V], error) {
 	if o.HotKeys < 0 {
 		bad("HotKeys must not be negative, got %d", o.HotKeys)
 	}
+	if o.MaxBatch < 0 {
+		bad("MaxBatch must not be negative, got %d", o.MaxBatch)
+	}
 	if o.BreakerThreshold < 0 {
 		bad("BreakerThreshold must not be negative, got %d", o.BreakerThreshold)
 	}
@@ -329,7 +340,7 @@ func (o *Options[V]) hotKeyErrors() []error {
 		bad("RefreshAheadHot must not be negative, got %d", o.RefreshAheadHot)
 	case o.RefreshAheadHot > o.MaxRefreshAhead:
 		bad("RefreshAheadHot (%d) must not exceed MaxRefreshAhead (%d)", o.RefreshAheadHot, o.MaxRefreshAhead)
-	case o.RefreshAheadHot > 0 && o.Load == nil:
+	case o.RefreshAheadHot > 0 && o.Load == nil && o.LoadMany == nil:
 		bad("RefreshAheadHot needs Load: hot keys are refreshed without a caller's loader")
 	}
 	switch _, ok := o.Store.(HotSet); {

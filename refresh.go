@@ -14,41 +14,77 @@ import (
 // readers are served e until the lease ends (the holder's notice, its time
 // passing, or this replica's own release) or e's hard TTL is near.
 func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e *entry[V], started *stripedCounter) {
-	now := c.clk.now()
-	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() || e.superseded.Load() {
-		return // superseded: the read that replaces e brings the newer value
-	}
-	if until, held := c.gens.held(key, now); held && until < e.hard-e.delta {
+	if !c.refreshDue(key, e) {
 		return
-	}
-	if c.flights.Waiters(key) > 0 {
-		return // a load of key runs here already; its value replaces e
 	}
 	load = c.loader(key, load)
-	if load == nil || !e.refreshing.CompareAndSwap(false, true) {
+	if load == nil || !c.claimRefresh(key, e) {
 		return
+	}
+	bctx := context.WithoutCancel(ctx)
+	if !c.onExecutor(started, func() {
+		c.runRefresh(bctx, key, load, e)
+		c.unclaimRefresh(key, e)
+	}) {
+		c.unclaimRefresh(key, e)
+	}
+}
+
+// refreshDue reports whether e may be refreshed now: it is not being
+// refreshed, not backing off, not superseded (the read that replaces e
+// brings the newer value), its lease is not known to be held until near its
+// hard expiry, and no load of key runs in this process (its value replaces
+// e).
+func (c *Cache[V]) refreshDue(key string, e *entry[V]) bool {
+	now := c.clk.now()
+	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() || e.superseded.Load() {
+		return false
+	}
+	if until, held := c.gens.held(key, now); held && until < e.hard-e.delta {
+		return false
+	}
+	return c.flights.Waiters(key) == 0
+}
+
+// claimRefresh claims the refresh of e, and of key: one refresh of a key
+// runs at a time, whichever copy it replaces.
+func (c *Cache[V]) claimRefresh(key string, e *entry[V]) bool {
+	if !e.refreshing.CompareAndSwap(false, true) {
+		return false
 	}
 	if !c.gens.startRefresh(key) {
 		e.refreshing.Store(false) // another copy of key is being refreshed
-		return
+		return false
 	}
+	return true
+}
+
+// unclaimRefresh ends a claim of claimRefresh, so that a later reader may
+// try again if the refresh did not replace e.
+func (c *Cache[V]) unclaimRefresh(key string, e *entry[V]) {
+	c.gens.endRefresh(key)
+	e.refreshing.Store(false)
+}
+
+// onExecutor runs fn on the Executor, as background work that Close waits
+// for, counted by started (when not nil), and reports whether it did: not on a closed
+// cache.
+func (c *Cache[V]) onExecutor(started *stripedCounter, fn func()) bool {
 	c.mu.RLock()
 	if c.closed.Load() {
 		c.mu.RUnlock()
-		c.gens.endRefresh(key)
-		return
+		return false
 	}
 	c.bg.Add(1)
 	c.mu.RUnlock()
-	started.add(1)
-	bctx := context.WithoutCancel(ctx)
+	if started != nil {
+		started.add(1)
+	}
 	c.cfg.Executor(func() {
 		defer c.bg.Done()
-		c.runRefresh(bctx, key, load, e)
-		c.gens.endRefresh(key)
-		// Let a later reader try again if this refresh did not replace e.
-		e.refreshing.Store(false)
+		fn()
 	})
+	return true
 }
 
 // runRefresh is one background refresh of old: its limiter slot first, so

@@ -24,10 +24,16 @@ type WarmReport struct {
 // limiter as Get. It runs as many loads at once as the limiter allows (eight
 // without a limiter), tolerates individual failures and reports them. It
 // returns early, reporting the keys it did not reach as failed, when ctx ends.
+// When load and Options.Load are nil and [Options.LoadMany] is set, the keys
+// are loaded as [Cache.GetMany] loads them, in batches of MaxBatch (100
+// when MaxBatch is zero), as many batches at once as there would be loads.
 func (c *Cache[V]) Warm(ctx context.Context, keys []string, load func(ctx context.Context, key string) (V, error)) WarmReport {
 	workers := 8
 	if c.cfg.Limiter != nil {
 		workers = c.cfg.Limiter.Limit()
+	}
+	if load == nil && c.cfg.Load == nil && c.cfg.LoadMany != nil {
+		return c.warmMany(ctx, keys, workers)
 	}
 	workers = min(workers, len(keys))
 
@@ -138,4 +144,68 @@ func (c *Cache[V]) shareHot() {
 // sharePeriod is the period of the hot set: ShareHotKeysEvery, or SoftTTL.
 func (c *Cache[V]) sharePeriod() time.Duration {
 	return cmp.Or(c.cfg.ShareHotKeysEvery, c.cfg.SoftTTL)
+}
+
+// warmBatch is how many keys one batch of a Warm with Options.LoadMany
+// holds when MaxBatch is zero.
+const warmBatch = 100
+
+// warmMany is Warm with Options.LoadMany: workers GetMany calls at once,
+// each over one batch of keys.
+func (c *Cache[V]) warmMany(ctx context.Context, keys []string, workers int) WarmReport {
+	size := cmp.Or(c.cfg.MaxBatch, warmBatch)
+	var (
+		mu     sync.Mutex
+		report = WarmReport{Errors: map[string]error{}}
+		next   atomic.Int64
+		wg     sync.WaitGroup
+	)
+	batches := (len(keys) + size - 1) / size
+	for range min(workers, batches) {
+		wg.Go(func() {
+			for {
+				b := int(next.Add(1)) - 1
+				if b >= batches {
+					return
+				}
+				batch := keys[b*size : min((b+1)*size, len(keys))]
+				loaded := map[string]bool{}
+				var lmu sync.Mutex
+				load := func(ctx context.Context, ks []string) (map[string]V, error) {
+					lmu.Lock()
+					for _, k := range ks {
+						loaded[k] = true
+					}
+					lmu.Unlock()
+					return c.cfg.LoadMany(ctx, ks)
+				}
+				var items []Item[V]
+				if err := ctx.Err(); err == nil {
+					items = c.GetMany(ctx, batch, load)
+				} else {
+					items = make([]Item[V], len(batch))
+					for i := range items {
+						items[i].Err = err
+					}
+				}
+				mu.Lock()
+				lmu.Lock()
+				for i, it := range items {
+					switch {
+					case it.Err != nil:
+						report.Failed++
+						report.Errors[batch[i]] = it.Err
+					case loaded[batch[i]]:
+						report.Loaded++
+					default:
+						report.Fresh++
+					}
+				}
+				lmu.Unlock()
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return report
 }
