@@ -49,6 +49,9 @@
 //     one refresh replaces it, and a load that began before MarkStale is
 //     refused as after Set. Other replicas mark their copies on the notice,
 //     within the same bound as a write's notice.
+//   - GetMany serves each key as Get would, with the same promises; a key
+//     it loads counts as loaded by a Get whose load began when the batch
+//     load began.
 //   - GetIfPresent reports only what Get would serve at once as fresh,
 //     within the same bound; it never loads, reads the Store or refreshes.
 //   - With NoStale (per cache or per call) nothing stale is ever served: a

@@ -51,3 +51,39 @@ func Example() {
 	// Ada <nil>
 	// 1 load
 }
+
+func ExampleCache_GetMany() {
+	profiles := herd.Must(herd.New(&herd.Options[Profile]{MaxEntries: 1000, SoftTTL: time.Minute}))
+	defer profiles.Close(context.Background())
+
+	ctx := context.Background()
+	keys := []string{"1", "2", "3"}
+	// The loader stands in for one query of many rows: it is given only the
+	// keys this replica must load, and leaves out the ones it did not find.
+	load := func(ctx context.Context, keys []string) (map[string]Profile, error) {
+		fmt.Println("query", keys)
+		found := map[string]Profile{}
+		for _, id := range keys {
+			if id != "3" {
+				found[id] = Profile{ID: id, Name: "user " + id}
+			}
+		}
+		return found, nil
+	}
+	for i, it := range profiles.GetMany(ctx, keys, load) {
+		fmt.Println(keys[i], it.Value.Name, it.Err)
+	}
+	// "1" and "2" are cached now: only "3" and "4" are queried.
+	for _, it := range profiles.GetMany(ctx, []string{"1", "3", "4"}, load) {
+		fmt.Println(it.Value.Name, it.Err)
+	}
+	// Output:
+	// query [1 2 3]
+	// 1 user 1 <nil>
+	// 2 user 2 <nil>
+	// 3  herd: not found
+	// query [3 4]
+	// user 1 <nil>
+	//  herd: not found
+	// user 4 <nil>
+}
