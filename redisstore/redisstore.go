@@ -26,7 +26,31 @@
 // fence key has gone cannot write: a missing key holds only fence 0.
 //
 // Change and completion notices go out with classic PUBLISH on
-// <prefix>events, which reaches subscribers on every node of a Cluster.
+// <prefix>events, which reaches subscribers on every node of a Cluster,
+// one message each, whatever bytes the key holds:
+//
+//	c<fence>:<key>     key written (Write, Set, MarkStale) under fence
+//	x<fence>:<key>     key deleted (Invalidate) under fence
+//	d<origin><key>     key's load completed (Release, WriteRelease)
+//	b<origin><records> the loads one WriteReleaseMany ended, one record per
+//	                   key: w<fence>:<length>:<key> (written under fence,
+//	                   then completed) or d<length>:<key> (completed)
+//
+// where origin is the announcing Remote's id (16 hex digits), length the
+// key's length in bytes, and every number a canonical decimal; a message
+// that does not parse is ignored whole.
+//
+// The batch calls ([herd.BatchStore], [herd.BatchLease]) send one pipeline
+// each, of GETs (LoadMany) or of one script run per key, which go-redis
+// splits by master on a Cluster: one round trip to each master that holds
+// some of the keys, all at once, MOVED and ASK followed. The runs that a
+// server answers with NOSCRIPT (after a restart, a failover or SCRIPT
+// FLUSH) are sent once more, after the script is loaded on every master.
+// Each key's script is atomic, the batch is not. WriteReleaseMany's scripts
+// announce nothing: once the pipeline has returned, one PUBLISH carries the
+// changes and completions of every key whose script answered, so the
+// notices of a batch follow all of its writes.
+//
 // The fleet's hot set ([herd.HotSet]) is one sorted set per period,
 // <prefix>hot:{hot}:<period ms>:<number>, numbered by the replicas' clocks,
 // trimmed to the keys read most and kept for three periods; all share one
@@ -129,8 +153,8 @@ func NewClient(o *redis.UniversalOptions) redis.UniversalClient {
 }
 
 // Remote is a remote tier in Redis. It implements [herd.Store], [herd.Lease],
-// [herd.Notifier] and [herd.HotSet] and is safe for concurrent use. Make it with [New] and
-// stop it with Close.
+// [herd.Notifier], [herd.HotSet], [herd.BatchStore] and [herd.BatchLease]
+// and is safe for concurrent use. Make it with [New] and stop it with Close.
 type Remote struct {
 	client  redis.UniversalClient
 	space   keyspace.Space
@@ -417,23 +441,41 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	if err != nil {
 		return herd.Grant{}, fail("acquire", key, err)
 	}
-	if len(res) == 2 {
-		switch kind, _ := res[0].(int64); kind {
-		case 1:
-			if v, ok := res[1].(string); ok {
-				return herd.Grant{Value: []byte(v)}, nil
-			}
-		case 2:
-			if f, ok := res[1].(int64); ok && f > 0 {
-				return herd.Grant{Token: token, Fence: uint64(f)}, nil
-			}
-		case 3:
-			if left, ok := res[1].(int64); ok && left > 0 {
-				return herd.Grant{HeldFor: time.Duration(left) * time.Millisecond}, nil
-			}
+	g, _, ok := grant(res, token)
+	if !ok {
+		return herd.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+	}
+	return g, nil
+}
+
+// grant reads the acquire script's reply to an acquisition under token: the
+// Grant, and the stored value that was not fresh if the script was asked
+// for it and one is stored. It reports false for a reply of another shape.
+func grant(res []any, token string) (g herd.Grant, stale []byte, ok bool) {
+	if len(res) == 3 {
+		v, isString := res[2].(string)
+		if !isString {
+			return herd.Grant{}, nil, false
+		}
+		stale = append(make([]byte, 0, len(v)), v...) // not nil, even when empty
+	} else if len(res) != 2 {
+		return herd.Grant{}, nil, false
+	}
+	switch kind, _ := res[0].(int64); kind {
+	case 1:
+		if v, isString := res[1].(string); isString && len(res) == 2 {
+			return herd.Grant{Value: []byte(v)}, nil, true
+		}
+	case 2:
+		if f, isInt := res[1].(int64); isInt && f > 0 {
+			return herd.Grant{Token: token, Fence: uint64(f)}, stale, true
+		}
+	case 3:
+		if left, isInt := res[1].(int64); isInt && left > 0 {
+			return herd.Grant{HeldFor: time.Duration(left) * time.Millisecond}, stale, true
 		}
 	}
-	return herd.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+	return herd.Grant{}, nil, false
 }
 
 // Extend pushes key's lease expiry to ttl from now if token still holds it,
@@ -615,6 +657,10 @@ func (r *Remote) subscribed() {
 // dispatch handles one notice from the channel; it ignores what it cannot
 // parse.
 func (r *Remote) dispatch(payload string) {
+	if payload != "" && payload[0] == batchNotice {
+		r.dispatchBatch(payload)
+		return
+	}
 	m, ok := parseNotice(payload)
 	if !ok {
 		return
@@ -643,6 +689,7 @@ const (
 	changeNotice = 'c' // "c<fence>:<key>": key's value stored under fence
 	dropNotice   = 'x' // "x<fence>:<key>": key's value deleted under fence
 	doneNotice   = 'd' // "d<origin><key>": key's load completed
+	batchNotice  = 'b' // "b<origin>" then records: the loads a WriteReleaseMany ended (batch.go)
 )
 
 // originLen is the length of a Remote's id in completion notices.

@@ -900,7 +900,11 @@ func FuzzParseNotice(f *testing.F) {
 		"c1::", "c9007199254740991:k", "c9007199254740992:k", "c-1:k", "c+1:k", "x1:k", "x0:k", "x:k", "d\x00", "c18446744073709551616:k"} {
 		f.Add(seed)
 	}
+	for _, seed := range batchNoticeSeeds() {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, p string) {
+		checkBatchNotice(t, p)
 		m, ok := parseNotice(p)
 		if !ok {
 			return
@@ -951,5 +955,6 @@ func FuzzNoticeRoundTrip(f *testing.F) {
 		if m, ok := parseNotice("d" + origin + key); !ok || m != want {
 			t.Fatalf("completion %q parsed as %+v, %v", key, m, ok)
 		}
+		checkBatchRoundTrip(t, key, fence)
 	})
 }

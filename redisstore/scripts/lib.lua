@@ -5,10 +5,13 @@
 -- latest expiry, Unix ms) and MAXFENCE (2^53 - 1).
 --
 -- Notices on the pub/sub channel, robust to any key bytes:
---   'c' .. fence .. ':' .. key   a change (write, set, invalidate) under fence
+--   'c' .. fence .. ':' .. key   a change (write, set, mark stale) under fence
+--   'x' .. fence .. ':' .. key   a deletion (invalidate) under fence
 --   'd' .. origin .. key         a completion (lease released or given up),
 --                                origin being the releasing Remote's id, 16
 --                                hex digits
+-- The batch scripts announce nothing: Go publishes one batch notice for the
+-- whole call (see redisstore.go).
 
 -- be64 encodes n, an integer in [0, 2^53), as 8 big-endian bytes. Lua numbers
 -- are doubles, exact in that range.
@@ -106,11 +109,16 @@ local function advance(f, ms)
   return n
 end
 
--- store sets the value key v to the envelope env under fence for ttl
--- milliseconds, its fence field rewritten, and announces the change on ch
--- for key. fence is the decimal text of the fence.
-local function store(v, env, fence, ttl, ch, key)
+-- put sets the value key v to the envelope env under fence for ttl
+-- milliseconds, its fence field rewritten. fence is the decimal text of the
+-- fence.
+local function put(v, env, fence, ttl)
   redis.call('SET', v, env, 'PX', ttl)
   redis.call('SETRANGE', v, FENCE, be64(tonumber(fence)))
+end
+
+-- store does what put does and announces the change on ch for key.
+local function store(v, env, fence, ttl, ch, key)
+  put(v, env, fence, ttl)
   redis.call('PUBLISH', ch, 'c' .. fence .. ':' .. key)
 end

@@ -1,0 +1,448 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/internal/notify"
+)
+
+// The batch calls send one pipeline each, which go-redis splits by master
+// on a Cluster (following MOVED and ASK), so a call costs one round trip per
+// server that holds some of its keys. Each entry is checked and answered as
+// the single call would check and answer it; an entry that fails leaves the
+// others alone.
+
+var (
+	_ herd.BatchStore = (*Remote)(nil)
+	_ herd.BatchLease = (*Remote)(nil)
+)
+
+// The scripts of WriteReleaseMany, which announce nothing: it publishes one
+// batch notice for the whole call once its pipeline has returned.
+var (
+	batchWriteReleaseScript = script("batchwriterelease")
+	batchReleaseScript      = script("batchrelease")
+)
+
+// LoadMany returns the envelopes stored under keys, in order, with one
+// pipeline of GETs; a key with none has a nil Value and no error. Like
+// Load, it does not check the bytes.
+func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
+	out := make([]herd.Loaded, len(keys))
+	names := make([]string, len(keys)) // "" for a key that is not read
+	read := false
+	for i, key := range keys {
+		if err := r.check("load", key); err != nil {
+			out[i].Err = err
+			continue
+		}
+		names[i], read = r.space.Names(key).Value, true
+	}
+	if !read {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	p := r.client.Pipeline()
+	gets := make([]*redis.StringCmd, len(keys))
+	for i, name := range names {
+		if name != "" {
+			gets[i] = p.Get(ctx, name)
+		}
+	}
+	_, _ = p.Exec(ctx) // each command holds its own outcome
+	for i, get := range gets {
+		if get == nil {
+			continue
+		}
+		b, err := get.Bytes()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			out[i].Err = fail("load", keys[i], err)
+		default:
+			out[i].Value = b
+		}
+	}
+	return out
+}
+
+// AcquireMany does what Acquire does for each request, in one pipeline of
+// the acquire script, which also returns the stored value that was not
+// fresh as the entry's Stale.
+func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl time.Duration) []herd.Acquired {
+	out := make([]herd.Acquired, len(reqs))
+	runs := make([]scriptRun, 0, len(reqs))
+	tokens := make([]string, 0, len(reqs))
+	for i, q := range reqs {
+		if err := r.check("acquire", q.Key); err != nil {
+			out[i].Err = err
+			continue
+		}
+		ms, err := millis("acquire", q.Key, ttl)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		token := newToken()
+		n := r.space.Names(q.Key)
+		runs = append(runs, scriptRun{entry: i, script: acquireScript,
+			keys: []string{n.Value, n.Lease, n.Fence},
+			args: []any{token, ms, max(q.After.UnixMilli(), 0), r.fenceTTL(ms), "1"}}) // "1": return the value that was not fresh
+		tokens = append(tokens, token)
+	}
+	for j, cmd := range r.runMany(ctx, runs) {
+		i := runs[j].entry
+		key := reqs[i].Key
+		res, err := cmd.Slice()
+		if err != nil {
+			out[i].Err = fail("acquire", key, err)
+			continue
+		}
+		g, stale, ok := grant(res, tokens[j])
+		if !ok {
+			out[i].Err = fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+			continue
+		}
+		out[i] = herd.Acquired{Grant: g, Stale: stale}
+	}
+	return out
+}
+
+// ExtendMany does what Extend does for each lease, in one pipeline of the
+// extend script.
+func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time.Duration) []herd.Outcome {
+	out := make([]herd.Outcome, len(leases))
+	runs := make([]scriptRun, 0, len(leases))
+	for i, l := range leases {
+		if err := r.check("extend", l.Key); err != nil {
+			out[i].Err = err
+			continue
+		}
+		ms, err := millis("extend", l.Key, ttl)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		if l.Token == "" {
+			continue // no lease holds the empty token
+		}
+		n := r.space.Names(l.Key)
+		runs = append(runs, scriptRun{entry: i, script: extendScript,
+			keys: []string{n.Lease, n.Fence},
+			args: []any{l.Token, ms, r.fenceTTL(ms)}})
+	}
+	for j, cmd := range r.runMany(ctx, runs) {
+		i := runs[j].entry
+		ok, err := cmd.Int64()
+		if err != nil {
+			out[i].Err = fail("extend", leases[i].Key, err)
+			continue
+		}
+		out[i].OK = ok == 1
+	}
+	return out
+}
+
+// WriteReleaseMany does what WriteRelease does for each write, or Release
+// when its Env is nil, in one pipeline of scripts that announce nothing;
+// then it wakes this Remote's Wait-ers of every key whose script answered
+// and announces those keys' changes (under their fences, for the keys it
+// wrote) and completions in one PUBLISH. A write whose arguments
+// WriteRelease would refuse (an Env that does not decode, a ttl that is not
+// positive) is refused alone, and its lease is not released. If the
+// PUBLISH fails, its notices are lost, as notices can be; the outcomes
+// stand.
+func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) []herd.Outcome {
+	out := make([]herd.Outcome, len(writes))
+	runs := make([]scriptRun, 0, len(writes))
+	for i, w := range writes {
+		n := r.space.Names(w.Key)
+		if w.Env == nil || w.Fence > envelope.MaxFence { // no key's fence gets there
+			if err := r.check("release", w.Key); err != nil {
+				out[i].Err = err
+				continue
+			}
+			runs = append(runs, scriptRun{entry: i, script: batchReleaseScript,
+				keys: []string{n.Lease}, args: []any{w.Token}})
+			continue
+		}
+		ms, err := r.prepare("write-release", w.Key, w.Env, w.TTL)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		runs = append(runs, scriptRun{entry: i, script: batchWriteReleaseScript,
+			keys: []string{n.Value, n.Fence, n.Lease},
+			args: []any{strconv.FormatUint(w.Fence, 10), ms, w.Env, w.Token, r.fenceTTL(ms)}})
+	}
+	if len(runs) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	ends := make([]batchEnd, 0, len(runs))
+	for j, cmd := range r.runMany(ctx, runs) {
+		i := runs[j].entry
+		key := writes[i].Key
+		if runs[j].script == batchReleaseScript {
+			if err := cmd.Err(); err != nil {
+				out[i].Err = fail("release", key, err)
+				continue
+			}
+			ends = append(ends, batchEnd{key: key})
+			continue
+		}
+		res, err := cmd.Slice()
+		if err != nil {
+			out[i].Err = fail("write-release", key, err)
+			continue
+		}
+		wrote, fence, ok := written(res)
+		if !ok || wrote && fence != writes[i].Fence {
+			out[i].Err = fmt.Errorf("redisstore: write-release %q: unexpected reply %v", key, res)
+			continue
+		}
+		out[i].OK = wrote
+		ends = append(ends, batchEnd{key: key, fence: fence})
+	}
+	if len(ends) == 0 {
+		return out
+	}
+	r.mu.Lock()
+	for _, e := range ends {
+		r.wake(e.key)
+	}
+	r.mu.Unlock()
+	_ = r.client.Publish(ctx, r.channel, formatBatchNotice(r.id, ends)).Err() // lost, as a notice can be
+	return out
+}
+
+// written reads the batch write-release script's reply: whether it wrote
+// and, if it did, the fence it wrote under (0 when it did not).
+func written(res []any) (wrote bool, fence uint64, ok bool) {
+	if len(res) != 2 {
+		return false, 0, false
+	}
+	n, isInt := res[0].(int64)
+	cur, isString := res[1].(string)
+	switch {
+	case !isInt || !isString:
+		return false, 0, false
+	case n == 0:
+		return false, 0, true
+	case n != 1:
+		return false, 0, false
+	}
+	f, err := strconv.ParseUint(cur, 10, 64)
+	if err != nil || f > envelope.MaxFence {
+		return false, 0, false
+	}
+	return true, f, true
+}
+
+// scriptRun is one run of a script in a batch, answering one entry of the
+// batch call.
+type scriptRun struct {
+	entry  int // the index of the entry in the call's arguments and result
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// runMany runs every run with EVALSHA in one pipeline, within r.timeout, and
+// returns their commands in order. The runs that fail with NOSCRIPT (a
+// server restarted, failed over or flushed its scripts) are run once more,
+// in a second pipeline, after their scripts are loaded on every master; if
+// the loading fails, they fail with its error.
+func (r *Remote) runMany(ctx context.Context, runs []scriptRun) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(runs))
+	if len(runs) == 0 {
+		return cmds
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	all := make([]int, len(runs))
+	for i := range all {
+		all[i] = i
+	}
+	r.evalSha(ctx, runs, all, cmds)
+
+	var again []int
+	var missing []*redis.Script
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+			if !slices.Contains(missing, runs[i].script) {
+				missing = append(missing, runs[i].script)
+			}
+		}
+	}
+	if len(again) == 0 {
+		return cmds
+	}
+	if err := r.loadScripts(ctx, missing); err != nil {
+		for _, i := range again {
+			cmds[i].SetErr(fmt.Errorf("%w (loading the script: %w)", cmds[i].Err(), err))
+		}
+		return cmds
+	}
+	r.evalSha(ctx, runs, again, cmds)
+	return cmds
+}
+
+// evalSha runs the runs at the given indexes with EVALSHA in one pipeline,
+// putting their commands at the same indexes of cmds.
+func (r *Remote) evalSha(ctx context.Context, runs []scriptRun, which []int, cmds []*redis.Cmd) {
+	p := r.client.Pipeline()
+	for _, i := range which {
+		cmds[i] = runs[i].script.EvalSha(ctx, p, runs[i].keys, runs[i].args...)
+	}
+	_, _ = p.Exec(ctx) // each command holds its own outcome
+}
+
+// loadScripts loads scripts where EVALSHA will look for them: on every
+// master of a Cluster, at once, or on the one server of any other client.
+func (r *Remote) loadScripts(ctx context.Context, scripts []*redis.Script) error {
+	load := func(ctx context.Context, c redis.Scripter) error {
+		for _, s := range scripts {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if c, ok := r.client.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return load(ctx, node)
+		})
+	}
+	return load(ctx, r.client)
+}
+
+// A batch notice announces the loads that one WriteReleaseMany ended, as
+// one message: 'b', the announcing Remote's id (originLen bytes), then one
+// record per key, in the call's order:
+//
+//	w<fence>:<length>:<key>   key written under fence, then its load completed
+//	d<length>:<key>           key's load completed without a write
+//
+// where <length> is the key's length in bytes, so a key may hold any bytes,
+// and decimals are canonical: digits only, no leading zero, a fence in
+// [1, 2^53). A message with no record, or any record malformed, is ignored
+// whole.
+const (
+	writtenRecord = 'w'
+	doneRecord    = 'd'
+)
+
+// batchEnd is one record of a batch notice: key's load ended, writing its
+// value under fence, or nothing when fence is 0.
+type batchEnd struct {
+	key   string
+	fence uint64
+}
+
+// formatBatchNotice formats the batch notice of ends, announced by origin.
+func formatBatchNotice(origin string, ends []batchEnd) string {
+	n := 1 + len(origin)
+	for _, e := range ends {
+		n += 3 + 2*20 + len(e.key) // kind, two colons, two decimals of up to 20 digits
+	}
+	b := make([]byte, 0, n)
+	b = append(b, batchNotice)
+	b = append(b, origin...)
+	for _, e := range ends {
+		if e.fence > 0 {
+			b = append(b, writtenRecord)
+			b = strconv.AppendUint(b, e.fence, 10)
+			b = append(b, ':')
+		} else {
+			b = append(b, doneRecord)
+		}
+		b = strconv.AppendUint(b, uint64(len(e.key)), 10)
+		b = append(b, ':')
+		b = append(b, e.key...)
+	}
+	return string(b)
+}
+
+// parseBatchNotice parses a batch notice as formatBatchNotice formats it:
+// its origin and records. It reports false if any part is malformed.
+func parseBatchNotice(p string) (origin string, ends []batchEnd, ok bool) {
+	if len(p) <= 1+originLen || p[0] != batchNotice {
+		return "", nil, false
+	}
+	origin, p = p[1:1+originLen], p[1+originLen:]
+	for p != "" {
+		var e batchEnd
+		kind := p[0]
+		p = p[1:]
+		switch kind {
+		case writtenRecord:
+			f, rest, ok := decimal(p)
+			if !ok || f == 0 || f > envelope.MaxFence { // a write is under a fence past 0
+				return "", nil, false
+			}
+			e.fence, p = f, rest
+		case doneRecord:
+		default:
+			return "", nil, false
+		}
+		n, rest, ok := decimal(p)
+		if !ok || n > uint64(len(rest)) {
+			return "", nil, false
+		}
+		e.key, p = rest[:n], rest[n:]
+		ends = append(ends, e)
+	}
+	return origin, ends, true
+}
+
+// decimal reads the canonical decimal that starts p and ends at a ':', and
+// returns it and the rest of p after the ':'.
+func decimal(p string) (n uint64, rest string, ok bool) {
+	i := 0
+	for i < len(p) && '0' <= p[i] && p[i] <= '9' {
+		i++
+	}
+	if i == 0 || i == len(p) || p[i] != ':' || p[0] == '0' && i > 1 {
+		return 0, "", false
+	}
+	n, err := strconv.ParseUint(p[:i], 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return n, p[i+1:], true
+}
+
+// dispatchBatch handles a batch notice: subscribers get one Notice per key
+// written, and each key's Wait-ers wake, unless this Remote announced it
+// (WriteReleaseMany woke them). A malformed notice is ignored whole.
+func (r *Remote) dispatchBatch(payload string) {
+	origin, ends, ok := parseBatchNotice(payload)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range ends {
+		if e.fence > 0 {
+			for s := range r.subs {
+				s.Push(notify.Notice{Key: e.key, Fence: e.fence})
+			}
+		}
+		if origin != r.id {
+			r.wake(e.key)
+		}
+	}
+}
