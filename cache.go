@@ -415,6 +415,9 @@ func (c *Cache[V]) noticed(n Notice) {
 	if n.Fence == 0 {
 		c.trustFloor.Store(c.clk.now())
 		c.gens.forgetAllHeld()
+		if n.Dropped {
+			c.dropAll() // another replica's InvalidateAll
+		}
 		return
 	}
 	c.gens.forgetHeld(n.Key)
@@ -557,6 +560,42 @@ func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
 	c.gens.endChange(key, drop)
 	c.flights.Forget(key)
 	return err
+}
+
+// InvalidateAll drops every key from both tiers, on every replica, as
+// Invalidate drops one: no load running now writes its value back (on other
+// replicas, only with a Lease), and other replicas drop their local tiers
+// on the Store's notice, or within 2×NearTTL if it is lost. The Store
+// retires its keys in a few round trips whatever their number; it must be
+// a [Clearer], or InvalidateAll drops the local tier and returns an error
+// wrapping [errors.ErrUnsupported]. When the Store cannot be reached, the
+// local tier is dropped and the error wraps [ErrDegraded].
+func (c *Cache[V]) InvalidateAll(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	c.gens.beginAll()
+	c.dropAll()
+	var err error
+	if s := c.cfg.Store; s != nil {
+		if cl, ok := s.(Clearer); ok {
+			err = c.remoteChange(ctx, "invalidate-all", "", func() error { return cl.InvalidateAll(ctx) })
+		} else {
+			err = fmt.Errorf("herd: InvalidateAll: the Store (%T) cannot retire every key: %w", s, errors.ErrUnsupported)
+		}
+	}
+	// As in Invalidate: what a read of the Store put back meanwhile goes.
+	c.gens.endAll()
+	c.dropAll()
+	return err
+}
+
+// dropAll empties the local tier and frees every key for a new flight, so
+// that no caller joins a load that began before.
+func (c *Cache[V]) dropAll() {
+	c.gens.bumpAll()
+	c.local.InvalidateAll()
+	c.flights.ForgetAll()
 }
 
 // goBackground runs fn on a goroutine of its own that Close waits for; on a

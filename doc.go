@@ -44,6 +44,11 @@
 //     once and one background refresh runs (stale-while-revalidate); if that
 //     refresh fails the stale value goes on being served until the hard TTL
 //     (stale-if-error). A value is never served past its hard TTL.
+//   - InvalidateAll is Invalidate for every key at once: after it returns
+//     on a replica, nothing stored before is served there, other replicas
+//     drop their local tiers on its notice (within 2×NearTTL if it is
+//     lost), and a load that began before writes neither tier (on other
+//     replicas, with a Lease).
 //   - After MarkStale on a replica returns, the value is stale on that
 //     replica (and in the Store): it is served as stale values are, while
 //     one refresh replaces it, and a load that began before MarkStale is

@@ -149,7 +149,7 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 	s := c.gens.stripe(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n != gen || write && s.changes[key] > 0 {
+	if s.n != gen || write && (s.changes[key] > 0 || c.gens.all.Load() > 0) {
 		return false
 	}
 	cur, ok := c.local.GetIfPresent(key)
@@ -196,6 +196,9 @@ func (c *Cache[V]) unpublish(key string, e *entry[V]) {
 type generations struct {
 	seed    maphash.Seed
 	stripes [256]genStripe
+	// all counts the InvalidateAlls running: no unfenced remote write
+	// starts meanwhile.
+	all atomic.Int32
 }
 
 type genStripe struct {
@@ -290,6 +293,42 @@ func (g *generations) endChange(key string, fn func()) {
 		delete(s.changes, key)
 	}
 	fn()
+}
+
+// beginAll starts an InvalidateAll: like beginChange for every key at once,
+// it bumps every generation, and returns once no unfenced remote write is
+// in flight; until endAll, publish refuses new ones.
+func (g *generations) beginAll() {
+	g.all.Add(1)
+	for i := range g.stripes {
+		s := &g.stripes[i]
+		s.mu.Lock()
+		s.n++
+		for len(s.writes) > 0 {
+			if s.idle.L == nil {
+				s.idle.L = &s.mu
+			}
+			s.idle.Wait()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// endAll ends an InvalidateAll begun by beginAll.
+func (g *generations) endAll() {
+	g.bumpAll()
+	g.all.Add(-1)
+}
+
+// bumpAll bumps every generation: no load that read one before puts its
+// value in the local tier.
+func (g *generations) bumpAll() {
+	for i := range g.stripes {
+		s := &g.stripes[i]
+		s.mu.Lock()
+		s.n++
+		s.mu.Unlock()
+	}
 }
 
 // endWrite ends an unfenced remote write of key counted by publish.

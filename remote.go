@@ -103,7 +103,9 @@ type Notifier interface {
 	// A replica whose local copy of the key is older than the notice's fence
 	// drops it on a Dropped notice, and otherwise serves it while one read of
 	// the Store replaces it. The zero Notice means any key may have changed
-	// (a notice may have been missed): trust nothing held so far.
+	// (a notice may have been missed): trust nothing held so far. A Notice
+	// with Dropped set and Fence 0 means every key was dropped
+	// ([Clearer.InvalidateAll]).
 	Subscribe(fn func(Notice)) (stop func())
 }
 
@@ -113,7 +115,7 @@ type Notice struct {
 	// when Fence is at least 1.
 	Key string
 	// Fence is the key's fence after the change, at least 1; 0 only in the
-	// zero Notice.
+	// zero Notice and in the notice of an InvalidateAll.
 	Fence uint64
 	// Dropped reports that the change deleted the key's value (Invalidate);
 	// otherwise it stored one.
@@ -146,4 +148,16 @@ type Staler interface {
 	// until its hard expiry; it announces the change (not as a deletion)
 	// and returns the new fence.
 	MarkStale(ctx context.Context, key string) (uint64, error)
+}
+
+// Clearer is implemented by a Store that can retire every key at once, for
+// [Cache.InvalidateAll].
+type Clearer interface {
+	// InvalidateAll makes every key read as absent, in a number of round
+	// trips that does not depend on how many keys there are: no value
+	// stored before is returned afterwards, and no write under a fence or
+	// lease taken before it is accepted. It announces the change with a
+	// Notice whose Dropped is set and whose Key and Fence are zero, and
+	// wakes every Wait-er.
+	InvalidateAll(ctx context.Context) error
 }

@@ -396,6 +396,17 @@ func (g *Group[K, V]) Forget(key K) {
 	g.mu.Unlock()
 }
 
+// ForgetAll is Forget for every key: the next caller of any key starts a
+// new flight.
+func (g *Group[K, V]) ForgetAll() {
+	g.mu.Lock()
+	for key, c := range g.m {
+		delete(g.m, key)
+		c.inMap = false
+	}
+	g.mu.Unlock()
+}
+
 // InFlight returns how many flights' functions are running now, including
 // those of forgotten and abandoned flights that have not returned yet.
 func (g *Group[K, V]) InFlight() int {

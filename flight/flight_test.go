@@ -630,6 +630,34 @@ func TestForget(t *testing.T) {
 	})
 }
 
+// ForgetAll makes the next caller of every key start a new flight; the
+// forgotten flights still reach their callers.
+func TestForgetAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var g Group[string, string]
+		var calls atomic.Int32
+		gate, open := newGate(t)
+		a := goDo(&g, context.Background(), "a", gated(&calls, gate, "old a", nil))
+		b := goDo(&g, context.Background(), "b", gated(&calls, gate, "old b", nil))
+		synctest.Wait()
+		g.ForgetAll()
+		if g.Waiters("a") != 0 || g.Waiters("b") != 0 || g.InFlight() != 2 {
+			t.Fatalf("after ForgetAll: Waiters %d, %d, InFlight %d; want 0, 0, 2", g.Waiters("a"), g.Waiters("b"), g.InFlight())
+		}
+		newA := goDo(&g, context.Background(), "a", gated(&calls, gate, "new a", nil))
+		synctest.Wait()
+		if calls.Load() != 3 {
+			t.Fatalf("%d calls, want 3: a caller after ForgetAll starts a new flight", calls.Load())
+		}
+		open()
+		for ch, want := range map[<-chan result]string{a: "old a", b: "old b", newA: "new a"} {
+			if r := <-ch; r.v != want || r.err != nil {
+				t.Errorf("got %+v, want %q", r, want)
+			}
+		}
+	})
+}
+
 // InFlight, Waiters, OnStart and OnJoin report flights and their callers.
 func TestCountersAndHooks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -88,13 +88,15 @@ type Stats struct {
 	RefusedWrites uint64 // Write calls refused for a stale fence
 	Sets          uint64 // Set calls that stored
 	Invalidates   uint64 // Invalidate calls
-	AcquireValue  uint64 // Acquire calls answered with a fresh value
-	AcquireLease  uint64 // Acquire calls that took the lease
-	AcquireHeld   uint64 // Acquire calls that found the lease held by another
-	Extends       uint64 // Extend calls that extended a lease
-	Releases      uint64 // Release calls that gave up a held lease
-	Announces     uint64 // completions announced to Wait-ers (one per Release)
-	Failures      uint64 // calls that returned an error
+	// InvalidateAlls counts InvalidateAll calls.
+	InvalidateAlls uint64
+	AcquireValue   uint64 // Acquire calls answered with a fresh value
+	AcquireLease   uint64 // Acquire calls that took the lease
+	AcquireHeld    uint64 // Acquire calls that found the lease held by another
+	Extends        uint64 // Extend calls that extended a lease
+	Releases       uint64 // Release calls that gave up a held lease
+	Announces      uint64 // completions announced to Wait-ers (one per Release)
+	Failures       uint64 // calls that returned an error
 	// Batches counts LoadMany, AcquireMany, ExtendMany and WriteReleaseMany
 	// calls, whatever their entries' outcomes; each entry also counts as
 	// its single call.

@@ -38,6 +38,10 @@ var (
 // Load, it does not check the bytes.
 func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 	out := make([]herd.Loaded, len(keys))
+	gen, ok := r.batchGeneration(ctx, "load", len(keys), func(i int, err error) { out[i].Err = err })
+	if !ok {
+		return out
+	}
 	names := make([]string, len(keys)) // "" for a key that is not read
 	read := false
 	for i, key := range keys {
@@ -45,7 +49,7 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 			out[i].Err = err
 			continue
 		}
-		names[i], read = r.space.Names(key).Value, true
+		names[i], read = r.space.NamesAt(key, gen).Value, true
 	}
 	if !read {
 		return out
@@ -81,6 +85,10 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 // fresh as the entry's Stale.
 func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl time.Duration) []herd.Acquired {
 	out := make([]herd.Acquired, len(reqs))
+	gen, ok := r.batchGeneration(ctx, "acquire", len(reqs), func(i int, err error) { out[i].Err = err })
+	if !ok {
+		return out
+	}
 	runs := make([]scriptRun, 0, len(reqs))
 	tokens := make([]string, 0, len(reqs))
 	for i, q := range reqs {
@@ -94,7 +102,7 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 			continue
 		}
 		token := newToken()
-		n := r.space.Names(q.Key)
+		n := r.space.NamesAt(q.Key, gen)
 		runs = append(runs, scriptRun{entry: i, script: acquireScript,
 			keys: []string{n.Value, n.Lease, n.Fence},
 			args: []any{token, ms, max(q.After.UnixMilli(), 0), r.fenceTTL(ms), "1"}}) // "1": return the value that was not fresh
@@ -122,6 +130,10 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 // extend script.
 func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time.Duration) []herd.Outcome {
 	out := make([]herd.Outcome, len(leases))
+	gen, ok := r.batchGeneration(ctx, "extend", len(leases), func(i int, err error) { out[i].Err = err })
+	if !ok {
+		return out
+	}
 	runs := make([]scriptRun, 0, len(leases))
 	for i, l := range leases {
 		if err := r.check("extend", l.Key); err != nil {
@@ -136,7 +148,7 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 		if l.Token == "" {
 			continue // no lease holds the empty token
 		}
-		n := r.space.Names(l.Key)
+		n := r.space.NamesAt(l.Key, gen)
 		runs = append(runs, scriptRun{entry: i, script: extendScript,
 			keys: []string{n.Lease, n.Fence},
 			args: []any{l.Token, ms, r.fenceTTL(ms)}})
@@ -164,9 +176,13 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 // stand.
 func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) []herd.Outcome {
 	out := make([]herd.Outcome, len(writes))
+	gen, ok := r.batchGeneration(ctx, "write-release", len(writes), func(i int, err error) { out[i].Err = err })
+	if !ok {
+		return out
+	}
 	runs := make([]scriptRun, 0, len(writes))
 	for i, w := range writes {
-		n := r.space.Names(w.Key)
+		n := r.space.NamesAt(w.Key, gen)
 		if w.Env == nil || w.Fence > envelope.MaxFence { // no key's fence gets there
 			if err := r.check("release", w.Key); err != nil {
 				out[i].Err = err
@@ -445,4 +461,21 @@ func (r *Remote) dispatchBatch(payload string) {
 			r.wake(e.key)
 		}
 	}
+}
+
+// batchGeneration is generation for a batch of n entries: when it cannot
+// be read, each entry is given the error by fail, and ok is false. An
+// empty batch reads nothing.
+func (r *Remote) batchGeneration(ctx context.Context, op string, n int, fail func(int, error)) (gen uint64, ok bool) {
+	if n == 0 {
+		return 0, false
+	}
+	gen, err := r.generation(ctx, op, "")
+	if err != nil {
+		for i := range n {
+			fail(i, err)
+		}
+		return 0, false
+	}
+	return gen, true
 }

@@ -25,6 +25,18 @@
 // and never stepped back (NTP slews small corrections). A holder whose
 // fence key has gone cannot write: a missing key holds only fence 0.
 //
+// InvalidateAll ([herd.Clearer]) retires every key with one script on one
+// key, <prefix>{gen}, which holds the keyspace's generation: max(the last
+// + 1, the server's clock in Unix microseconds). The names of a key in a
+// generation past 0 carry it after the tag, <prefix>{<tag>}#<gen>:<key>:v,
+// so what earlier generations stored is no longer read and expires at its
+// own TTL, and their leases and fences hold nothing in the new one. Each
+// Remote reads the generation at New (or at its first call, if Redis could
+// not be reached), learns a new one from its notice, and reads it again
+// after its subscription reconnects. The generation key has no TTL; a
+// Remote that finds none reads generation 0, so keep it from eviction: use
+// a volatile-* maxmemory-policy (or noeviction) with InvalidateAll.
+//
 // Change and completion notices go out with classic PUBLISH on
 // <prefix>events, which reaches subscribers on every node of a Cluster,
 // one message each, whatever bytes the key holds:
@@ -35,6 +47,7 @@
 //	b<origin><records> the loads one WriteReleaseMany ended, one record per
 //	                   key: w<fence>:<length>:<key> (written under fence,
 //	                   then completed) or d<length>:<key> (completed)
+//	g<generation>      every key retired (InvalidateAll)
 //
 // where origin is the announcing Remote's id (16 hex digits), length the
 // key's length in bytes, and every number a canonical decimal; a message
@@ -173,6 +186,13 @@ type Remote struct {
 	// closed is set by Close, under mu, before it wakes the Wait-ers.
 	closed atomic.Bool
 
+	// gen is the newest generation of the keyspace this Remote knows of
+	// (InvalidateAll); genKnown is unset until it has read it, and again
+	// after the subscription reconnects, when its announcement may have
+	// been missed.
+	gen      atomic.Uint64
+	genKnown atomic.Bool
+
 	mu sync.Mutex
 	// ready is closed by the first subscription confirmation if New is still
 	// waiting for it (started unset).
@@ -256,6 +276,7 @@ func New(o Options) (*Remote, error) {
 	r.mu.Lock()
 	r.started = true
 	r.mu.Unlock()
+	_, _ = r.generation(ctx, "new", "") // or at the first call that needs it
 	return r, nil
 }
 
@@ -290,14 +311,15 @@ func checkClient(c redis.UniversalClient) error {
 // Scripts, each prefixed with the envelope layout and the shared functions
 // of lib.lua.
 var (
-	acquireScript      = script("acquire")
-	writeScript        = script("write")
-	setScript          = script("set")
-	invalidateScript   = script("invalidate")
-	extendScript       = script("extend")
-	releaseScript      = script("release")
-	writeReleaseScript = script("writerelease")
-	markStaleScript    = script("markstale")
+	acquireScript       = script("acquire")
+	writeScript         = script("write")
+	setScript           = script("set")
+	invalidateScript    = script("invalidate")
+	extendScript        = script("extend")
+	releaseScript       = script("release")
+	writeReleaseScript  = script("writerelease")
+	markStaleScript     = script("markstale")
+	invalidateAllScript = script("invalidateall")
 )
 
 //go:embed scripts/*.lua
@@ -327,7 +349,11 @@ func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	b, err := r.client.Get(ctx, r.space.Names(key).Value).Bytes()
+	n, err := r.names(ctx, "load", key)
+	if err != nil {
+		return nil, err
+	}
+	b, err := r.client.Get(ctx, n.Value).Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, nil
@@ -350,7 +376,10 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 	if fence > envelope.MaxFence {
 		return false, nil // no key's fence gets there
 	}
-	n := r.space.Names(key)
+	n, err := r.names(ctx, "write", key)
+	if err != nil {
+		return false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	wrote, err := writeScript.Run(ctx, r.client, []string{n.Value, n.Fence},
@@ -373,7 +402,10 @@ func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence
 	if fence > envelope.MaxFence {
 		return false, r.Release(ctx, key, token) // no key's fence gets there
 	}
-	n := r.space.Names(key)
+	n, err := r.names(ctx, "write-release", key)
+	if err != nil {
+		return false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	wrote, err := writeReleaseScript.Run(ctx, r.client, []string{n.Value, n.Fence, n.Lease},
@@ -395,7 +427,10 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	if err != nil {
 		return 0, err
 	}
-	n := r.space.Names(key)
+	n, err := r.names(ctx, "set", key)
+	if err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	fence, err := setScript.Run(ctx, r.client, []string{n.Value, n.Fence}, ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
@@ -411,7 +446,10 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 	if err := r.check("invalidate", key); err != nil {
 		return err
 	}
-	n := r.space.Names(key)
+	n, err := r.names(ctx, "invalidate", key)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := invalidateScript.Run(ctx, r.client, []string{n.Value, n.Fence}, r.channel, key, r.fenceTTL(0)).Err(); err != nil {
@@ -434,7 +472,10 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	}
 	afterMs := max(after.UnixMilli(), 0) // every stored soft expiry is ≥ 0
 	token := newToken()
-	n := r.space.Names(key)
+	n, err := r.names(ctx, "acquire", key)
+	if err != nil {
+		return herd.Grant{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms)).Slice()
@@ -491,7 +532,10 @@ func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if token == "" {
 		return false, nil // no lease holds the empty token
 	}
-	n := r.space.Names(key)
+	n, err := r.names(ctx, "extend", key)
+	if err != nil {
+		return false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	ok, err := extendScript.Run(ctx, r.client, []string{n.Lease, n.Fence}, token, ms, r.fenceTTL(ms)).Int64()
@@ -508,7 +552,10 @@ func (r *Remote) Release(ctx context.Context, key, token string) error {
 	if err := r.check("release", key); err != nil {
 		return err
 	}
-	n := r.space.Names(key)
+	n, err := r.names(ctx, "release", key)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.channel, r.id, key).Err(); err != nil {
@@ -648,6 +695,7 @@ func (r *Remote) subscribed() {
 		return
 	}
 	r.confirmed = true
+	r.genKnown.Store(false) // an InvalidateAll may have been missed
 	for s := range r.subs {
 		s.Push(notify.Notice{})
 	}
@@ -676,6 +724,8 @@ func (r *Remote) dispatch(payload string) {
 		if m.origin != r.id { // Release woke this Remote's own Wait-ers
 			r.wake(m.key)
 		}
+	case clearNotice:
+		r.cleared(m.fence)
 	}
 }
 
@@ -690,6 +740,7 @@ const (
 	dropNotice   = 'x' // "x<fence>:<key>": key's value deleted under fence
 	doneNotice   = 'd' // "d<origin><key>": key's load completed
 	batchNotice  = 'b' // "b<origin>" then records: the loads a WriteReleaseMany ended (batch.go)
+	clearNotice  = 'g' // "g<generation>": every key retired (InvalidateAll)
 )
 
 // originLen is the length of a Remote's id in completion notices.
@@ -697,10 +748,10 @@ const originLen = 16
 
 // message is a parsed message from the channel.
 type message struct {
-	kind   byte   // changeNotice, dropNotice or doneNotice
+	kind   byte   // changeNotice, dropNotice, doneNotice or clearNotice
 	origin string // the announcing Remote's id; completions only
 	key    string // may be empty: "" is a key
-	fence  uint64 // changes and drops only
+	fence  uint64 // changes and drops; the generation of a clearNotice
 }
 
 // parseNotice parses a message from the channel, as the scripts format it.
@@ -726,6 +777,15 @@ func parseNotice(p string) (message, bool) {
 			return message{}, false
 		}
 		return message{kind: doneNotice, origin: p[1 : 1+originLen], key: p[1+originLen:]}, true
+	case clearNotice:
+		if len(p) < 2 || p[1] == '0' {
+			return message{}, false // canonical digits, and a generation past 0
+		}
+		g, err := strconv.ParseUint(p[1:], 10, 64)
+		if err != nil || g > envelope.MaxFence {
+			return message{}, false
+		}
+		return message{kind: clearNotice, fence: g}, true
 	}
 	return message{}, false
 }

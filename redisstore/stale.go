@@ -16,7 +16,10 @@ func (r *Remote) MarkStale(ctx context.Context, key string) (uint64, error) {
 	if err := r.check("mark stale", key); err != nil {
 		return 0, err
 	}
-	n := r.space.Names(key)
+	n, err := r.names(ctx, "mark stale", key)
+	if err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	fence, err := markStaleScript.Run(ctx, r.client, []string{n.Value, n.Fence},

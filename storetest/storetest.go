@@ -45,7 +45,8 @@ const (
 // when the Lease is a [herd.BatchLease], each entry against what its
 // single-key call does. Run calls newFleet once more itself to find out which
 // the tier implements; it adds no batch subtest for a contract the tier
-// lacks, rather than one that passes without checking anything.
+// lacks, rather than one that passes without checking anything. When the
+// Store is a [herd.Clearer], InvalidateAll is checked last, alone.
 func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	tests := []subtest{
 		{"LoadMissing", testLoadMissing},
@@ -73,12 +74,24 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 		{"HotSet", testHotSet},
 		{"MarkStale", testMarkStale},
 	}
-	tests = append(tests, batchTests(newFleet(t))...)
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+	probeS, probeL := newFleet(t)
+	tests = append(tests, batchTests(probeS, probeL)...)
+	// The subtests run in parallel within one group, which returns once
+	// they have all ended; InvalidateAll, which retires every key of the
+	// tier, runs after it.
+	t.Run("Parallel", func(t *testing.T) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				s, l := newFleet(t)
+				tc.fn(t, s, l)
+			})
+		}
+	})
+	if _, ok := probeS.(herd.Clearer); ok {
+		t.Run("InvalidateAll", func(t *testing.T) {
 			s, l := newFleet(t)
-			tc.fn(t, s, l)
+			testInvalidateAll(t, s, l)
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -45,25 +46,38 @@ type Names struct {
 	Fence string
 }
 
-// Names returns the Redis keys for key, an encoded cache key; key may hold any
-// bytes, braces included. Redis Cluster hashes only the text between the
-// first '{' and the next '}': the prefix has no brace and the tag is hex, so
-// that text is the tag in all three names. The key itself stays in each name,
-// so different keys never share a name even when their tags collide.
-func (s Space) Names(key string) Names {
+// Names returns the Redis keys for key, an encoded cache key, in generation
+// 0; key may hold any bytes, braces included. Redis Cluster hashes only the
+// text between the first '{' and the next '}': the prefix has no brace and
+// the tag is hex, so that text is the tag in all three names. The key
+// itself stays in each name, so different keys never share a name even
+// when their tags collide.
+func (s Space) Names(key string) Names { return s.NamesAt(key, 0) }
+
+// NamesAt returns the Redis keys for key in generation gen. Generation 0
+// has Names' layout; a later one marks each name after its tag, as
+// <prefix>{<tag>}#<gen>:<key>:v, so that the names of two generations never
+// meet and share the key's slot.
+func (s Space) NamesAt(key string, gen uint64) Names {
 	sum := sha256.Sum256([]byte(key))
 	var tag [TagLen]byte
 	hex.Encode(tag[:], sum[:TagLen/2])
+	var mark []byte
+	if gen > 0 {
+		mark = strconv.AppendUint([]byte{'#'}, gen, 10)
+	}
 
 	// One allocation holds the three names back to back.
-	n := len(s.prefix) + 1 + TagLen + 2 + len(key) + 2
+	n := len(s.prefix) + 1 + TagLen + 1 + len(mark) + 1 + len(key) + 2
 	var b strings.Builder
 	b.Grow(3 * n)
 	for _, suffix := range [...]string{":v", ":l", ":f"} {
 		b.WriteString(s.prefix)
 		b.WriteByte('{')
 		b.Write(tag[:])
-		b.WriteString("}:")
+		b.WriteByte('}')
+		b.Write(mark)
+		b.WriteByte(':')
 		b.WriteString(key)
 		b.WriteString(suffix)
 	}
@@ -76,6 +90,10 @@ func (s Space) Names(key string) Names {
 		Fence: all[2*n:],
 	}
 }
+
+// Generation returns the Redis key that holds the generation of the whole
+// keyspace: <prefix>{gen}. No name of Names has "gen" for its tag.
+func (s Space) Generation() string { return s.prefix + "{gen}" }
 
 // Channel returns the pub/sub channel that announces completions and
 // invalidations: <prefix>events. Channels are not hashed to slots by classic

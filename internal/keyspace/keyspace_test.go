@@ -3,6 +3,7 @@ package keyspace
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -116,14 +117,39 @@ func TestSlotVectors(t *testing.T) {
 // checkNames asserts what Names promises for one key.
 func checkNames(t *testing.T, s Space, key string) {
 	t.Helper()
-	n := s.Names(key)
+	checkNamesAt(t, s, key, 0)
+	checkNamesAt(t, s, key, 1)
+	checkNamesAt(t, s, key, 1<<53-1)
+}
+
+// checkNamesAt checks key's names in generation gen: one slot, the key
+// held, distinct from each other and from the names of generation gen+1.
+func checkNamesAt(t *testing.T, s Space, key string, gen uint64) {
+	t.Helper()
+	n := s.NamesAt(key, gen)
+	if gen == 0 && n != s.Names(key) {
+		t.Fatalf("key %q: NamesAt(gen 0) = %+v, Names = %+v", key, n, s.Names(key))
+	}
+	mark := ""
+	if gen > 0 {
+		mark = fmt.Sprintf("#%d", gen)
+	}
 	want := Slot("{" + n.Tag + "}")
-	for _, name := range []string{n.Value, n.Lease, n.Fence} {
+	next := s.NamesAt(key, gen+1)
+	for i, name := range []string{n.Value, n.Lease, n.Fence} {
 		if got := Slot(name); got != want {
-			t.Fatalf("prefix %q key %q: Slot(%q) = %d, want the tag's slot %d", s.Prefix(), key, name, got, want)
+			t.Fatalf("prefix %q key %q gen %d: Slot(%q) = %d, want the tag's slot %d", s.Prefix(), key, gen, name, got, want)
 		}
-		if !strings.HasPrefix(name, s.Prefix()+"{"+n.Tag+"}:"+key+":") {
-			t.Fatalf("prefix %q key %q: name %q does not hold the key", s.Prefix(), key, name)
+		if !strings.HasPrefix(name, s.Prefix()+"{"+n.Tag+"}"+mark+":"+key+":") {
+			t.Fatalf("prefix %q key %q gen %d: name %q does not hold the key", s.Prefix(), key, gen, name)
+		}
+		for _, other := range []string{next.Value, next.Lease, next.Fence} {
+			if name == other {
+				t.Fatalf("key %q: name %d of generation %d is also one of generation %d: %q", key, i, gen, gen+1, name)
+			}
+		}
+		if name == s.Generation() {
+			t.Fatalf("key %q: name %q is the generation key", key, name)
 		}
 	}
 	if n.Value == n.Lease || n.Lease == n.Fence || n.Value == n.Fence {
