@@ -74,6 +74,8 @@ type Cache[V any] struct {
 	// hot counts reads for RefreshAheadHot over each soft TTL, and shared
 	// for ShareHotKeys over each of its periods; nil when off.
 	hot, shared *topk.Tracker
+	// window gathers the refreshes of Gets served by Options.LoadMany.
+	window refreshBatch[V]
 }
 
 // New returns a cache configured by o; a nil o means [DefaultOptions].
@@ -631,6 +633,7 @@ func (c *Cache[V]) Close(ctx context.Context) error {
 		c.unsubscribe()
 	}
 	c.stopPins()
+	c.window.stop()
 	done := make(chan struct{})
 	go func() {
 		c.bg.Wait()

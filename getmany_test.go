@@ -449,3 +449,38 @@ func TestGetManyClosedAndNoLoader(t *testing.T) {
 		t.Errorf("GetMany on a closed cache = %+v with %d loads, want ErrClosed and none", items, calls.Load())
 	}
 }
+
+func TestGetStaleReadsRefreshInOneBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &batchLog{}
+		o := testOptions()
+		o.LoadMany = l.load
+		c := newCache(t, o)
+		keys := []string{"a", "bb", "ccc", "dddd"}
+		wantItems(t, keys, c.GetMany(bounded(t), keys, nil), nil)
+		time.Sleep(testSoft + time.Second) // stale, within testHard
+		for range 3 {
+			for _, k := range keys {
+				mustGet(t, c, k, nil, len(k)) // served stale at once
+			}
+		}
+		synctest.Wait()
+		if n := len(l.got()); n != 1 {
+			t.Fatalf("%d loader calls before the window closed, want 1 (the first GetMany)", n)
+		}
+		time.Sleep(time.Second) // past the window
+		synctest.Wait()
+		calls := l.got()
+		if len(calls) != 2 || !slices.Equal(calls[1], keys) {
+			t.Fatalf("loader calls = %q, want the stale keys refreshed in one call", calls)
+		}
+		if s := c.Stats(); s.StaleRefreshes != 4 {
+			t.Errorf("Stats.StaleRefreshes = %d, want 4", s.StaleRefreshes)
+		}
+		for _, k := range keys {
+			if _, ok := c.GetIfPresent(k); !ok {
+				t.Errorf("%q is not fresh after the refresh", k)
+			}
+		}
+	})
+}

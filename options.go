@@ -191,8 +191,11 @@ type Options[V any] struct {
 	// must pass one, unless LoadMany is set.
 	Load func(ctx context.Context, key string) (V, error)
 	// LoadMany is the batch loader used when GetMany is given none. It also
-	// stands in for Load when Load is nil, with one key per call, for Get,
-	// refresh-ahead and [Cache.Warm], which then loads its keys in batches.
+	// stands in for Load when Load is nil: for a Get's miss and for
+	// refresh-ahead, one key per call; for the background refreshes that
+	// Gets' stale and early reads start, one call per window of 2ms (or
+	// MaxBatch keys, 100 when MaxBatch is zero); and for [Cache.Warm], in
+	// batches.
 	LoadMany BatchLoadFunc[V]
 	// MaxBatch is the most keys one call of a batch loader is given; a
 	// GetMany that must load more splits them. Zero means no limit; it must

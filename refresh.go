@@ -1,8 +1,10 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/herdcache/herd/limiter"
@@ -15,6 +17,10 @@ import (
 // passing, or this replica's own release) or e's hard TTL is near.
 func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e *entry[V], started *stripedCounter) {
 	if !c.refreshDue(key, e) {
+		return
+	}
+	if load == nil && c.cfg.Load == nil && c.cfg.LoadMany != nil {
+		c.window.add(c, staleRead[V]{key: key, e: e, started: started})
 		return
 	}
 	load = c.loader(key, load)
@@ -221,4 +227,70 @@ func (c *Cache[V]) refill(ctx context.Context, key string, load LoadFunc[V], old
 		}
 	}
 	return f.loadAndStore(ctx, load, held)
+}
+
+// The refresh window of Gets served by Options.LoadMany: the refreshes
+// their stale and early reads start within refreshWindow of the first one,
+// up to MaxBatch (refreshWindowKeys when MaxBatch is zero) of them, run as
+// one batch load.
+const (
+	refreshWindow     = 2 * time.Millisecond
+	refreshWindowKeys = 100
+)
+
+// refreshBatch gathers the refreshes of one refresh window.
+type refreshBatch[V any] struct {
+	mu    sync.Mutex
+	reads []staleRead[V]
+	keys  map[string]bool // the keys in reads
+	timer *time.Timer     // flushes the window; nil while it is empty
+}
+
+// add puts r in the window, and starts the window's batch once it is full.
+func (w *refreshBatch[V]) add(c *Cache[V], r staleRead[V]) {
+	w.mu.Lock()
+	if w.keys[r.key] {
+		w.mu.Unlock()
+		return
+	}
+	if w.keys == nil {
+		w.keys = make(map[string]bool)
+	}
+	w.keys[r.key] = true
+	w.reads = append(w.reads, r)
+	if len(w.reads) < cmp.Or(c.cfg.MaxBatch, refreshWindowKeys) {
+		if w.timer == nil {
+			w.timer = time.AfterFunc(refreshWindow, func() { w.flush(c) })
+		}
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	w.flush(c)
+}
+
+// flush starts the batch of the reads the window holds.
+func (w *refreshBatch[V]) flush(c *Cache[V]) {
+	w.mu.Lock()
+	reads := w.reads
+	w.reads, w.keys = nil, nil
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	w.mu.Unlock()
+	if len(reads) > 0 {
+		c.refreshMany(context.Background(), reads, c.cfg.LoadMany)
+	}
+}
+
+// stop drops the window's reads, for Close.
+func (w *refreshBatch[V]) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reads, w.keys = nil, nil
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
 }
