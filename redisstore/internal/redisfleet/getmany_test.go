@@ -208,3 +208,153 @@ func waitPublish(t *testing.T, h *roundTrips, n int64) {
 		time.Sleep(5 * time.Millisecond) // polls for the background write
 	}
 }
+
+// Gets and GetManys of the same keys at once, on 10 replicas, share one
+// load per key for the fleet.
+func TestGetManyMixedWithGet(t *testing.T) {
+	node := redistest.Server(t)
+	const ttl = 5 * time.Second
+	rs := fleet(t, 10, func() redis.UniversalClient { return node.Client() }, func(o *herd.Options[string]) {
+		o.SoftTTL = ttl
+		o.LeaseTTL = 3 * time.Second
+	})
+	keys := make([]string, 40)
+	for i := range keys {
+		keys[i] = herd.Key("mixed", fmt.Sprint(i))
+	}
+	var (
+		mu    sync.Mutex
+		loads = map[string]int{}
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	count := func(ks ...string) {
+		mu.Lock()
+		for _, k := range ks {
+			loads[k]++
+		}
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond) // the backing store
+	}
+	batch := func(_ context.Context, ks []string) (map[string]string, error) {
+		count(ks...)
+		m := map[string]string{}
+		for _, k := range ks {
+			m[k] = "v" + k
+		}
+		return m, nil
+	}
+	began := time.Now()
+	for i, r := range rs {
+		for j := range 5 {
+			wg.Go(func() { // a GetMany of 20 keys
+				<-start
+				ks := keys[(i+j)%20 : (i+j)%20+20]
+				for n, it := range r.cache.GetMany(t.Context(), ks, batch) {
+					if it.Err != nil || it.Value != "v"+ks[n] {
+						t.Errorf("replica %d GetMany: %q = %q, %v", i, ks[n], it.Value, it.Err)
+					}
+				}
+			})
+			wg.Go(func() { // and Gets, one key at a time
+				<-start
+				for n := range 8 {
+					k := keys[(i*7+j*3+n)%len(keys)]
+					v, err := r.cache.Get(t.Context(), k, func(context.Context) (string, error) {
+						count(k)
+						return "v" + k, nil
+					})
+					if err != nil || v != "v"+k {
+						t.Errorf("replica %d Get: %q = %q, %v", i, k, v, err)
+					}
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	took := time.Since(began)
+	var remoteErrors int64
+	for _, r := range rs {
+		remoteErrors += r.cache.Stats().RemoteErrors
+	}
+	for k, n := range loads {
+		switch {
+		case n == 1:
+		case took < ttl && remoteErrors == 0:
+			t.Errorf("%q loaded %d times by Gets and GetManys across the fleet, want 1", k, n)
+		case n > len(rs):
+			t.Errorf("%q loaded %d times (%v, %d remote errors), want at most one per replica", k, n, took, remoteErrors)
+		default:
+			t.Logf("%v with %d remote errors: %q loaded %d times, judged by the degraded bound", took, remoteErrors, k, n)
+		}
+	}
+}
+
+// While Redis is down, GetMany goes on serving: each replica loads what
+// it does not hold, once per key, with no error; once Redis is back, the
+// fleet shares its loads again.
+func TestGetManyRedisDown(t *testing.T) {
+	node := redistest.Server(t)
+	remoteTimeouts.Store(t.Name(), 250*time.Millisecond)
+	rs := fleet(t, 3, func() redis.UniversalClient { return node.Client() }, func(o *herd.Options[string]) {
+		o.SoftTTL = time.Minute
+	})
+	loads := map[string]int{}
+	var mu sync.Mutex
+	load := func(_ context.Context, ks []string) (map[string]string, error) {
+		mu.Lock()
+		for _, k := range ks {
+			loads[k]++
+		}
+		mu.Unlock()
+		m := map[string]string{}
+		for _, k := range ks {
+			m[k] = "v" + k
+		}
+		return m, nil
+	}
+	keys := func(prefix string) []string {
+		ks := make([]string, 20)
+		for i := range ks {
+			ks[i] = herd.Key(prefix, fmt.Sprint(i))
+		}
+		return ks
+	}
+	read := func(ks []string) {
+		for i, r := range rs {
+			for n, it := range r.cache.GetMany(t.Context(), ks, load) {
+				if it.Err != nil || it.Value != "v"+ks[n] {
+					t.Fatalf("replica %d: %q = %q, %v; want a value", i, ks[n], it.Value, it.Err)
+				}
+			}
+		}
+	}
+	node.Kill()
+	down := keys("down")
+	read(down)
+	read(down) // held locally now: no load
+	for _, k := range down {
+		if loads[k] < 1 || loads[k] > len(rs) {
+			t.Errorf("Redis down: %q loaded %d times, want once per replica at most", k, loads[k])
+		}
+	}
+	node.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, r := range rs {
+		for r.cache.Stats().Degraded {
+			if time.Now().After(deadline) {
+				t.Fatal("a breaker is still open 10s after Redis came back")
+			}
+			r.cache.GetMany(t.Context(), keys("probe"), load) // the breaker's probe
+			time.Sleep(50 * time.Millisecond)                // its cooldown
+		}
+	}
+	up := keys("up")
+	read(up)
+	for _, k := range up {
+		if loads[k] != 1 {
+			t.Errorf("Redis back: %q loaded %d times, want 1 for the fleet", k, loads[k])
+		}
+	}
+}
