@@ -56,11 +56,20 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 	if load == nil {
 		load = c.cfg.LoadMany
 	}
-	var (
-		missed []string         // the keys to fill, each once
-		at     map[string][]int // their positions in keys
-		stale  []staleRead[V]   // local stale or early values served, to refresh
-	)
+	missed, at, stale := c.localMany(ctx, keys, items, opts)
+	if len(stale) > 0 {
+		c.refreshMany(ctx, stale, load)
+	}
+	if len(missed) > 0 {
+		c.fillMissed(ctx, missed, at, items, load, c.resolve(opts))
+	}
+	return items
+}
+
+// localMany serves keys from the local tier as Get would, into items. It
+// returns the keys it could not serve, each once, with their positions in
+// keys, and the values it served that are due for a refresh.
+func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at map[string][]int, stale []staleRead[V]) {
 	for i, key := range keys {
 		if e, ok := c.local.GetIfPresent(key); ok {
 			if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
@@ -84,36 +93,17 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 		}
 		at[key] = append(at[key], i)
 	}
-	if len(stale) > 0 {
-		c.refreshMany(ctx, stale, load)
-	}
-	if len(missed) == 0 {
-		return items
-	}
-	co := c.resolve(opts)
+	return missed, at, stale
+}
+
+// fillMissed fills the keys missed in their flights, joined or led by
+// this call, and puts each one's result at its positions at in items. A
+// stale value a flight settled with is served, and refreshed, unless the
+// call wants none: then the key is filled again, up to maxMissAttempts.
+func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at map[string][]int, items []Item[V], load BatchLoadFunc[V], co callOpts) {
 	var refresh []staleRead[V]
 	for attempt := 0; len(missed) > 0; attempt++ {
-		var (
-			mu  sync.Mutex
-			ran = make(map[string]bool) // the keys this call's fill counts
-		)
-		res := c.flyMany(ctx, missed, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
-			mu.Lock()
-			for _, k := range led {
-				ran[k] = true
-			}
-			mu.Unlock()
-			c.fillMany(fctx, led, load, co, nil, settle, attempt == 0)
-		})
-		if attempt == 0 {
-			mu.Lock()
-			for _, key := range missed {
-				if !ran[key] {
-					c.got(key, ResultMiss) // joined another caller's load
-				}
-			}
-			mu.Unlock()
-		}
+		res := c.flyMissed(ctx, missed, load, co, attempt == 0)
 		again := missed[:0]
 		for j, key := range missed {
 			e, err := res[j].Val, res[j].Err
@@ -142,7 +132,34 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 	if len(refresh) > 0 {
 		c.refreshMany(ctx, refresh, load)
 	}
-	return items
+}
+
+// flyMissed runs one attempt of fillMissed: the batch fill of the keys
+// missed that no flight runs for. With count, each key counts as a miss,
+// or as a hit when the Store served it fresh.
+func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoadFunc[V], co callOpts, count bool) []flight.Result[*entry[V]] {
+	var (
+		mu  sync.Mutex
+		ran = make(map[string]bool) // the keys this call's fill counts
+	)
+	res := c.flyMany(ctx, missed, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
+		mu.Lock()
+		for _, k := range led {
+			ran[k] = true
+		}
+		mu.Unlock()
+		c.fillMany(fctx, led, load, co, nil, settle, count)
+	})
+	if count {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, key := range missed {
+			if !ran[key] {
+				c.got(key, ResultMiss) // joined another caller's load
+			}
+		}
+	}
+	return res
 }
 
 func itemOf[V any](v V, err error) Item[V] { return Item[V]{Value: v, Err: err} }
@@ -320,52 +337,59 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 	case c.cfg.Lease == nil || b.load == nil:
 		// Without a lease (or with nothing to load with, so taking no lease)
 		// the Store's value settles a key, as in fill.
-		reads := c.loadMany(ctx, fs)
-		for i, f := range fs {
-			if e := f.recheckStore(ctx, reads[i]); e != nil {
-				b.fromStore(f, e)
-				continue
-			}
+		for _, f := range b.fromReads(ctx, fs) {
 			loads = b.plan(loads, f, nil)
 		}
 		return loads, nil
 	}
-	var (
-		ask  []*fillState[V]
-		told []loser[V]
-	)
+	var ask, told []*fillState[V]
 	for _, f := range fs {
-		if a, ok := c.heldElsewhere(f.key, f.now); ok {
-			told = append(told, loser[V]{f: f, a: a})
+		if _, ok := c.heldElsewhere(f.key, f.now); ok {
+			told = append(told, f)
 		} else {
 			ask = append(ask, f)
 		}
 	}
-	if len(told) > 0 {
-		// No lease attempt before the holder's notice or time: read what the
-		// Store holds, to serve it or to serve it stale.
-		told2 := make([]*fillState[V], len(told))
-		for i, l := range told {
-			told2[i] = l.f
+	// No lease attempt for a key before its holder's notice or time: read
+	// what the Store holds, to serve it or to serve it stale.
+	for _, f := range b.fromReads(ctx, told) {
+		if f.mode == background {
+			b.settle(f.key, f.old, nil)
+			continue
 		}
-		reads := c.loadMany(ctx, told2)
-		for i, l := range told {
-			if e := l.f.recheckStore(ctx, reads[i]); e != nil {
-				b.fromStore(l.f, e)
-				continue
-			}
-			if l.f.mode == background {
-				b.settle(l.f.key, l.f.old, nil)
-				continue
-			}
-			losers = append(losers, l)
+		a, _ := c.heldElsewhere(f.key, f.now)
+		losers = append(losers, loser[V]{f: f, a: a})
+	}
+	if len(ask) > 0 {
+		return b.fromLeases(ctx, ask, loads, losers)
+	}
+	return loads, losers
+}
+
+// fromReads reads the keys of fs from the Store, settles those it serves
+// and returns the others.
+func (b *batchFill[V]) fromReads(ctx context.Context, fs []*fillState[V]) (rest []*fillState[V]) {
+	if len(fs) == 0 {
+		return nil
+	}
+	reads := b.c.loadMany(ctx, fs)
+	for i, f := range fs {
+		if e := f.recheckStore(ctx, reads[i]); e != nil {
+			b.fromStore(f, e)
+			continue
 		}
+		rest = append(rest, f)
 	}
-	if len(ask) == 0 {
-		return loads, losers
-	}
-	for i, got := range c.acquireMany(ctx, ask) {
-		f := ask[i]
+	return rest
+}
+
+// fromLeases asks for the leases of the keys of fs, settles those the
+// answers serve, and adds the others to the keys to load (this replica's
+// leases) and the losers (another's).
+func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V], loads []pendingLoad[V], losers []loser[V]) ([]pendingLoad[V], []loser[V]) {
+	c := b.c
+	for i, got := range c.acquireMany(ctx, fs) {
+		f := fs[i]
 		a, err := c.grantAttempt(ctx, f.key, got.Grant, got.Err)
 		if err != nil {
 			b.settle(f.key, nil, err)
@@ -382,9 +406,9 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 			if f.mode == background {
 				c.backOff(f.old, 0) // and grantAttempt remembered the holder
 				b.settle(f.key, f.old, nil)
-				continue
+			} else {
+				losers = append(losers, loser[V]{f: f, a: a})
 			}
-			losers = append(losers, loser[V]{f: f, a: a})
 			continue
 		case leaseFailed:
 			if cand := f.candidate; cand != nil && f.mode == foreground && (f.now < cand.soft || f.staleOK()) {
@@ -784,39 +808,17 @@ func (c *Cache[V]) closeLeases(ctx context.Context, b *leaseBatch) {
 
 // watchLeases starts b's watchdog, as watchdog does for one lease: every
 // LeaseTTL/3 it extends the leases still held, in one call when the Lease
-// is a [BatchLease]. It stops when stop is called, when ctx ends or when
-// the cache closes.
+// is a [BatchLease], until none is.
 func (c *Cache[V]) watchLeases(ctx context.Context, b *leaseBatch) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(c.cfg.LeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-c.closeCtx.Done():
-				return
-			case <-t.C:
-			}
-			c.extendMany(ctx, b)
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return c.everyThird(ctx, func() bool { return c.extendMany(ctx, b) })
 }
 
-// extendMany is one round of a batch's watchdog: each extension bounded by
-// LeaseTTL/6, as a single lease's.
-func (c *Cache[V]) extendMany(ctx context.Context, b *leaseBatch) {
+// extendMany is one round of a batch's watchdog, each extension bounded by
+// LeaseTTL/6 as a single lease's; it reports whether leases remain.
+func (c *Cache[V]) extendMany(ctx context.Context, b *leaseBatch) bool {
 	hs := b.snapshot()
 	if len(hs) == 0 {
-		return
+		return false
 	}
 	ttl := c.cfg.LeaseTTL
 	ectx, cancel := context.WithTimeout(ctx, ttl/6)
@@ -835,17 +837,11 @@ func (c *Cache[V]) extendMany(ctx context.Context, b *leaseBatch) {
 	}
 	c.remoteDone(ectx, firstErr(outs, func(o Outcome) error { return o.Err }))
 	for i, o := range outs {
-		switch {
-		case o.Err != nil:
-		case !o.OK:
+		if !c.extended(hs[i].key, o.OK, o.Err) {
 			b.lost(hs[i])
-			c.st.leaseLost.add(1)
-			c.leaseEvent(LeaseLost, 0)
-			c.event(EventLeaseLost, hs[i].key, nil)
-		default:
-			c.st.leaseExtended.add(1)
 		}
 	}
+	return true
 }
 
 // flushEnds sends the ends of a batch's leases in the background: the

@@ -277,12 +277,23 @@ func (c *Cache[V]) writeRelease(ctx context.Context, h *heldLease, env []byte, t
 // fenced.
 func (c *Cache[V]) watchdog(ctx context.Context, key, token string) (stop func()) {
 	ttl := c.cfg.LeaseTTL
+	return c.everyThird(ctx, func() bool {
+		ectx, cancel := context.WithTimeout(ctx, ttl/6)
+		defer cancel()
+		ok, err := c.cfg.Lease.Extend(ectx, key, token, ttl)
+		c.remoteDone(ectx, err)
+		return c.extended(key, ok, err)
+	})
+}
+
+// everyThird calls round every LeaseTTL/3, on a goroutine of its own,
+// until round returns false, stop is called, ctx ends or the cache closes;
+// stop returns once the goroutine has.
+func (c *Cache[V]) everyThird(ctx context.Context, round func() bool) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(ttl / 3)
+	wg.Go(func() {
+		t := time.NewTicker(c.cfg.LeaseTTL / 3)
 		defer t.Stop()
 		for {
 			select {
@@ -294,26 +305,32 @@ func (c *Cache[V]) watchdog(ctx context.Context, key, token string) (stop func()
 				return
 			case <-t.C:
 			}
-			ectx, cancel := context.WithTimeout(ctx, ttl/6)
-			ok, err := c.cfg.Lease.Extend(ectx, key, token, ttl)
-			c.remoteDone(ectx, err)
-			cancel()
-			switch {
-			case err != nil:
-			case !ok:
-				c.st.leaseLost.add(1)
-				c.leaseEvent(LeaseLost, 0)
-				c.event(EventLeaseLost, key, nil)
+			if !round() {
 				return
-			default:
-				c.st.leaseExtended.add(1)
 			}
 		}
-	}()
+	})
 	return func() {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// extended records the outcome of one extension of key's lease, and
+// reports whether the lease is still held: a failed call does not say it
+// is not.
+func (c *Cache[V]) extended(key string, ok bool, err error) bool {
+	switch {
+	case err != nil:
+	case !ok:
+		c.st.leaseLost.add(1)
+		c.leaseEvent(LeaseLost, 0)
+		c.event(EventLeaseLost, key, nil)
+		return false
+	default:
+		c.st.leaseExtended.add(1)
+	}
+	return true
 }
 
 // leaseEvent counts a lease event for the Recorder and, for losers' waits,
