@@ -347,7 +347,7 @@ func TestGetManyRedisDown(t *testing.T) {
 				t.Fatal("a breaker is still open 10s after Redis came back")
 			}
 			r.cache.GetMany(t.Context(), keys("probe"), load) // the breaker's probe
-			time.Sleep(50 * time.Millisecond)                // its cooldown
+			time.Sleep(50 * time.Millisecond)                 // its cooldown
 		}
 	}
 	up := keys("up")
