@@ -285,20 +285,37 @@ type loser[V any] struct {
 // each (olds nil) or the refresh of olds' values. It settles every key it
 // can serve from the tiers, loads the keys this replica may load in one
 // call per MaxBatch, and only then applies the loser policy to the keys
-// another replica is loading; a loser that ends up with the lease is loaded
-// in one more call.
+// another replica is loading (lose).
 func (c *Cache[V]) fillMany(ctx context.Context, led []string, load BatchLoadFunc[V], co callOpts, olds map[string]*entry[V], settle func(string, *entry[V], error), count bool) {
 	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: olds != nil, leases: newLeaseBatch(), hits: map[string]bool{}}
 	defer c.closeLeases(ctx, b.leases)
 	if count {
+		// Each key is counted before its callers see it: as a hit when the
+		// Store served it fresh, as a miss otherwise, or as a miss when the
+		// batch failed before settling it.
+		counted := make(map[string]bool, len(led))
+		var mu sync.Mutex
+		countOnce := func(key string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if counted[key] {
+				return
+			}
+			counted[key] = true
+			if b.hits[key] {
+				c.got(key, ResultHit)
+				c.st.remoteHits.add(1)
+			} else {
+				c.got(key, ResultMiss)
+			}
+		}
+		b.settle = func(key string, e *entry[V], err error) {
+			countOnce(key)
+			settle(key, e, err)
+		}
 		defer func() {
 			for _, key := range led {
-				if b.hits[key] {
-					c.got(key, ResultHit)
-					c.st.remoteHits.add(1)
-				} else {
-					c.got(key, ResultMiss)
-				}
+				countOnce(key)
 			}
 		}()
 	}
@@ -309,7 +326,7 @@ func (c *Cache[V]) fillMany(ctx context.Context, led []string, load BatchLoadFun
 			f.mode, f.old = background, old
 		}
 		if e := f.recheckLocal(); e != nil {
-			settle(key, e, nil)
+			b.settle(key, e, nil)
 			continue
 		}
 		fs = append(fs, f)
@@ -320,7 +337,7 @@ func (c *Cache[V]) fillMany(ctx context.Context, led []string, load BatchLoadFun
 	loads, losers := b.remote(ctx, fs)
 	b.loadAll(ctx, loads)
 	if len(losers) > 0 {
-		b.loadAll(ctx, b.lose(ctx, losers))
+		b.lose(ctx, losers)
 	}
 }
 
@@ -455,43 +472,72 @@ func (b *batchFill[V]) plan(loads []pendingLoad[V], f *fillState[V], held *heldL
 	return append(loads, p)
 }
 
-// lose applies the loser policy to each loser at once, and returns those
-// that must be loaded after all: the lease came to this replica, or the
-// wait timed out and LoadOnLeaseTimeout is set, or the tier failed.
-func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) []pendingLoad[V] {
+// lose applies the loser policy to every loser at once, each on a
+// goroutine of its own, and loads a key as soon as its wait ends with this
+// replica to load it (the lease came here, or the wait timed out and
+// LoadOnLeaseTimeout is set, or the tier failed), with the others whose
+// waits have ended by then: a key leased here is never held while this
+// batch waits for others. Were it held, two replicas that each took a
+// lease the other waits on would stall each other until LeaseWait.
+func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 	type outcome struct {
+		l   loser[V]
 		a   attempt[V]
 		err error
 	}
-	outs := make([]outcome, len(losers))
-	var wg sync.WaitGroup
-	for i, l := range losers {
-		wg.Go(func() {
+	ch := make(chan outcome, len(losers))
+	for _, l := range losers {
+		go func() {
 			a, err := l.f.lose(ctx, l.a)
-			outs[i] = outcome{a, err}
-		})
+			ch <- outcome{l, a, err}
+		}()
 	}
-	wg.Wait()
-	var loads []pendingLoad[V]
-	for i, l := range losers {
-		f, o := l.f, outs[i]
-		if o.err != nil {
-			if errors.Is(o.err, ErrLeaseTimeout) && b.c.cfg.LoadOnLeaseTimeout {
-				f.remoteUp = false // load, and write nothing remotely
-				loads = b.plan(loads, f, nil)
-				continue
+	left := len(losers)
+	defer func() {
+		// Only after a panic of the loader: the waits still running end
+		// on their own; a lease one of them takes is given back.
+		if left > 0 {
+			go func() {
+				for range left {
+					if o := <-ch; o.err == nil && o.a.outcome == leaseGranted {
+						b.c.endLease(ctx, heldFrom(o.l.f.key, o.a.grant), nil, 0, nil)
+					}
+				}
+			}()
+		}
+	}()
+	for left > 0 {
+		var loads []pendingLoad[V]
+		for o, more := <-ch, true; more; {
+			left--
+			loads = b.lost(loads, o.l.f, o.a, o.err)
+			select {
+			case o = <-ch:
+			default:
+				more = false
 			}
-			b.settle(f.key, nil, o.err)
-			continue
 		}
-		held, e := f.settleAttempt(o.a)
-		if e != nil {
-			b.settle(f.key, e, nil)
-			continue
-		}
-		loads = b.plan(loads, f, b.leases.hold(held))
+		b.loadAll(ctx, loads)
 	}
-	return loads
+}
+
+// lost settles a loser whose wait ended with a or err, or adds it to loads
+// when this replica must load it.
+func (b *batchFill[V]) lost(loads []pendingLoad[V], f *fillState[V], a attempt[V], err error) []pendingLoad[V] {
+	if err != nil {
+		if errors.Is(err, ErrLeaseTimeout) && b.c.cfg.LoadOnLeaseTimeout {
+			f.remoteUp = false // load, and write nothing remotely
+			return b.plan(loads, f, nil)
+		}
+		b.settle(f.key, nil, err)
+		return loads
+	}
+	held, e := f.settleAttempt(a)
+	if e != nil {
+		b.settle(f.key, e, nil)
+		return loads
+	}
+	return b.plan(loads, f, b.leases.hold(held))
 }
 
 // loadAll loads loads with one call of the batch loader per MaxBatch keys,

@@ -292,3 +292,57 @@ func TestFleetGetManyFallsBackToSingleCalls(t *testing.T) {
 		_ = slices.Clone(keys)
 	})
 }
+
+// TestFleetGetManyLoadsALeaseAsSoonAsItComes: a GetMany waiting on two
+// keys held elsewhere gets the lease of one when its holder's lease runs
+// out, and loads it at once, while it still waits for the other, whose
+// holder's load waits in turn for that key: no stall until LeaseWait.
+func TestFleetGetManyLoadsALeaseAsSoonAsItComes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		const leaseWait = time.Minute
+		x := fleetReplica(t, r, func(o *herd.Options[int]) { o.OnLeaseHeld, o.LeaseWait = herd.Wait, leaseWait })
+		y := fleetReplica(t, r, nil)
+		ctx := bounded(t)
+		// a's holder is gone: its lease ends at fleetLeaseTTL.
+		if g, err := r.Acquire(ctx, "a", fleetLeaseTTL, time.Time{}); err != nil || g.Token == "" {
+			t.Fatalf("Acquire(a) = %+v, %v", g, err)
+		}
+		// y holds b, and its load waits for a's value to reach the Store,
+		// as a replica whose batch waits on a key x leased would.
+		resB := getAsync(ctx, y, "b", func(ctx context.Context) (int, error) {
+			for {
+				if env, _ := r.Load(ctx, "a"); env != nil {
+					return 2, nil
+				}
+				select {
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				case <-time.After(100 * time.Millisecond): // polls the Store
+				}
+			}
+		})
+		synctest.Wait()
+		start := time.Now()
+		loads := newKeyLoads(t)
+		items := x.GetMany(ctx, []string{"a", "b"}, loads.load(nil, func(k string) int {
+			if k == "a" {
+				return 1
+			}
+			return -1
+		}))
+		took := time.Since(start)
+		if items[0].Err != nil || items[0].Value != 1 || items[1].Err != nil || items[1].Value != 2 {
+			t.Errorf("x's items = %+v, want a loaded here (1) and b from y (2)", items)
+		}
+		if took >= leaseWait {
+			t.Errorf("x's GetMany took %v, the LeaseWait: it held a's lease while it waited for b", took)
+		}
+		if got := loads.counts(); got["a"] != 1 || got["b"] != 0 {
+			t.Errorf("x's loads = %v, want a once and b never", got)
+		}
+		if res := recv(t, resB); res.err != nil || res.v != 2 {
+			t.Errorf("y's Get of b = %+v, want 2", res)
+		}
+	})
+}

@@ -89,10 +89,11 @@ func testInvalidateAll(t *testing.T, s herd.Store, l herd.Lease) {
 	if g.Fence <= gc.Fence {
 		t.Errorf("the fence after InvalidateAll is %d, not above the %d before", g.Fence, gc.Fence)
 	}
-	if !write(t, s, c, fresh("new"), g.Fence, longTTL) {
+	v := fresh("new")
+	if !write(t, s, c, v, g.Fence, longTTL) {
 		t.Error("a write under a lease taken after InvalidateAll was refused")
 	}
-	wantLoad(t, s, c, fenced(t, fresh("new"), g.Fence))
+	wantLoad(t, s, c, fenced(t, v, g.Fence))
 	set(t, s, a, fresh("A2"), longTTL)
 	if got := load(t, s, a); got == nil {
 		t.Error("a Set after InvalidateAll stored nothing")
