@@ -480,6 +480,17 @@ func (b *batchFill[V]) plan(loads []pendingLoad[V], f *fillState[V], held *heldL
 // batch waits for others. Were it held, two replicas that each took a
 // lease the other waits on would stall each other until LeaseWait.
 func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
+	// The holders may have finished while this batch loaded its own keys,
+	// before a wait could hear of it: read what the Store holds first.
+	fs := make([]*fillState[V], len(losers))
+	for i, l := range losers {
+		fs[i] = l.f
+	}
+	waiting := b.fromReads(ctx, fs)
+	losers = slices.DeleteFunc(losers, func(l loser[V]) bool { return !slices.Contains(waiting, l.f) })
+	if len(losers) == 0 {
+		return
+	}
 	type outcome struct {
 		l   loser[V]
 		a   attempt[V]

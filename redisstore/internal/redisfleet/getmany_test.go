@@ -3,6 +3,7 @@ package redisfleet_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -57,7 +58,9 @@ func batchRound(t *testing.T, rs []*replica, keys []string, value string, recomp
 	}
 	close(start)
 	wg.Wait()
-	return loads
+	mu.Lock() // a background refresh may still call load
+	defer mu.Unlock()
+	return maps.Clone(loads)
 }
 
 func testGetManyOneLoadPerKey(t *testing.T, newClient func() redis.UniversalClient) {
