@@ -497,16 +497,23 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 		err error
 	}
 	ch := make(chan outcome, len(losers))
+	stops := make(map[*fillState[V]]context.CancelFunc, len(losers))
 	for _, l := range losers {
+		lctx, stop := context.WithCancel(ctx)
+		stops[l.f] = stop
 		go func() {
-			a, err := l.f.lose(ctx, l.a)
+			a, err := l.f.lose(lctx, l.a)
 			ch <- outcome{l, a, err}
 		}()
 	}
 	left := len(losers)
 	defer func() {
-		// Only after a panic of the loader: the waits still running end
-		// on their own; a lease one of them takes is given back.
+		for _, stop := range stops {
+			stop()
+		}
+		// The waits still running (after a panic of the loader, or stopped
+		// by the re-read below) end on their own; a lease one of them took
+		// is given back.
 		if left > 0 {
 			go func() {
 				for range left {
@@ -517,18 +524,64 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 			}()
 		}
 	}()
+	// A holder may also finish between that read and the start of its
+	// loser's wait, which then hears nothing until its first re-read: one
+	// read of every key still waited for, soon after the waits begin, ends
+	// those waits at once.
+	recheck := time.NewTimer(loserRecheck)
+	defer recheck.Stop()
 	for left > 0 {
-		var loads []pendingLoad[V]
-		for o, more := <-ch, true; more; {
-			left--
-			loads = b.lost(loads, o.l.f, o.a, o.err)
-			select {
-			case o = <-ch:
-			default:
-				more = false
+		select {
+		case <-recheck.C:
+			b.recheckLosers(ctx, stops)
+			if len(stops) == 0 {
+				return
 			}
+			continue
+		case o := <-ch:
+			var loads []pendingLoad[V]
+			for more := true; more; {
+				left--
+				if stop, ok := stops[o.l.f]; ok {
+					delete(stops, o.l.f)
+					stop()
+					loads = b.lost(loads, o.l.f, o.a, o.err)
+				} else if o.err == nil && o.a.outcome == leaseGranted {
+					b.c.endLease(ctx, heldFrom(o.l.f.key, o.a.grant), nil, 0, nil) // settled by the re-read
+				}
+				select {
+				case o = <-ch:
+				default:
+					more = false
+				}
+			}
+			b.loadAll(ctx, loads)
 		}
-		b.loadAll(ctx, loads)
+	}
+}
+
+// loserRecheck is how soon after its losers begin to wait a batch reads
+// their keys once more.
+const loserRecheck = 5 * time.Millisecond
+
+// recheckLosers reads the keys of the losers still waiting (stops holds
+// their waits' stop functions) and settles each that the Store holds fresh
+// now, stopping its wait.
+func (b *batchFill[V]) recheckLosers(ctx context.Context, stops map[*fillState[V]]context.CancelFunc) {
+	fs := make([]*fillState[V], 0, len(stops))
+	for f := range stops {
+		fs = append(fs, f)
+	}
+	c := b.c
+	now := c.clk.now()
+	for i, r := range c.loadMany(ctx, fs) {
+		if e := r.e; e != nil && now < e.soft {
+			f := fs[i]
+			c.setLocal(f.key, e, r.gen)
+			stops[f]()
+			delete(stops, f)
+			b.fromStore(f, e)
+		}
 	}
 }
 
