@@ -327,9 +327,11 @@ var scripts embed.FS
 
 func script(name string) *redis.Script {
 	prelude := fmt.Sprintf("local VERSION, FLAGS, SOFT, HARD, DELTA, FENCE, HEADER = %d, %d, %d, %d, %d, %d, %d\n"+
-		"local KNOWNFLAGS1, MAXEXPIRY, MAXFENCE = %d, %d, %d\n",
+		"local KNOWNFLAGS1, MAXEXPIRY, MAXFENCE = %d, %d, %d\n"+
+		"local TAGGED, MAXTAGS, MAXTAGLEN = %d, %d, %d\n",
 		envelope.Version, envelope.FlagsOffset, envelope.SoftOffset, envelope.HardOffset, envelope.DeltaOffset,
-		envelope.FenceOffset, envelope.HeaderSize, envelope.KnownFlags+1, int64(envelope.MaxExpiry), uint64(envelope.MaxFence))
+		envelope.FenceOffset, envelope.HeaderSize, envelope.KnownFlags+1, int64(envelope.MaxExpiry), uint64(envelope.MaxFence),
+		envelope.FlagTagged, envelope.MaxTags, envelope.MaxTagLen)
 	return redis.NewScript(prelude + embedded("lib") + embedded(name))
 }
 

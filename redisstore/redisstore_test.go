@@ -215,20 +215,23 @@ func TestCorruptValueNotFresh(t *testing.T) {
 		return b
 	}
 	for name, v := range map[string][]byte{
-		"empty":          {},
-		"garbage":        []byte("not an envelope at all, but long enough for a header"),
-		"short":          good[:envelope.HeaderSize-1],
-		"version":        future,
-		"negative":       header(-1, hour, 0, 0, 0),
-		"hard year 3000": header(hour, year3000, 0, 0, 0),
-		"both year 3000": header(year3000, year3000, 0, 0, 0),
-		"hard MaxInt64":  header(hour, math.MaxInt64, 0, 0, 0),
-		"hard negative":  header(hour, -1, 0, 0, 0),
-		"hard < soft":    header(hour, hour-1, 0, 0, 0),
-		"negative delta": header(hour, hour, -1, 0, 0),
-		"fence 2^53":     header(hour, hour, 0, 1<<53, 0),
-		"fence max":      header(hour, hour, 0, math.MaxUint64, 0),
-		"unknown flag":   header(hour, hour, 0, 0, 2),
+		"empty":           {},
+		"garbage":         []byte("not an envelope at all, but long enough for a header"),
+		"short":           good[:envelope.HeaderSize-1],
+		"version":         future,
+		"negative":        header(-1, hour, 0, 0, 0),
+		"hard year 3000":  header(hour, year3000, 0, 0, 0),
+		"both year 3000":  header(year3000, year3000, 0, 0, 0),
+		"hard MaxInt64":   header(hour, math.MaxInt64, 0, 0, 0),
+		"hard negative":   header(hour, -1, 0, 0, 0),
+		"hard < soft":     header(hour, hour-1, 0, 0, 0),
+		"negative delta":  header(hour, hour, -1, 0, 0),
+		"fence 2^53":      header(hour, hour, 0, 1<<53, 0),
+		"fence max":       header(hour, hour, 0, math.MaxUint64, 0),
+		"unknown flag":    header(hour, hour, 0, 0, 4),
+		"tagged, no tags": header(hour, hour, 0, 0, byte(envelope.FlagTagged)),
+		"tags cut short": envelope.Append(nil, &envelope.Envelope{Flags: envelope.FlagTagged, Soft: hour, Hard: hour,
+			Tags: []string{"abc"}})[:envelope.HeaderSize+4],
 	} {
 		if _, err := envelope.Decode(v); err == nil {
 			t.Fatalf("%s: Decode accepts the case", name)
@@ -243,7 +246,8 @@ func TestCorruptValueNotFresh(t *testing.T) {
 		}
 	}
 	k := "corrupt/control"
-	good = header(hour, envelope.MaxExpiry, math.MaxInt64, envelope.MaxFence, byte(envelope.KnownFlags))
+	good = envelope.Append(nil, &envelope.Envelope{Flags: envelope.KnownFlags, Soft: hour, Hard: envelope.MaxExpiry,
+		Delta: math.MaxInt64, Fence: envelope.MaxFence, Tags: []string{"t", "", "{x}"}, Since: 1 << 52})
 	if err := c.Set(ctx, r.space.Names(k).Value, good, time.Minute).Err(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
@@ -279,6 +283,17 @@ func TestAcquireAgreesWithDecode(t *testing.T) {
 		}
 		if rng.IntN(8) == 0 {
 			b[envelope.FlagsOffset] = byte(rng.IntN(256))
+		}
+		if rng.IntN(3) == 0 {
+			// A tagged envelope, its tags section corrupted or cut.
+			b = envelope.Append(nil, &envelope.Envelope{Flags: envelope.FlagTagged, Soft: hour, Hard: hour + 1000,
+				Tags: []string{"tag", strings.Repeat("t", rng.IntN(200))}, Since: rng.Uint64(), Value: []byte("v")})
+			switch tail := b[envelope.HeaderSize:]; rng.IntN(3) {
+			case 0:
+				tail[rng.IntN(len(tail))] = byte(rng.IntN(256))
+			case 1:
+				b = b[:envelope.HeaderSize+rng.IntN(len(tail))]
+			}
 		}
 		e, err := envelope.Decode(b)
 		want := err == nil && e.Soft > time.Now().Add(time.Minute).UnixMilli()

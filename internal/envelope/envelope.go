@@ -9,7 +9,10 @@
 //	[10:18]  HardOffset     hard expiry, Unix milliseconds, int64, in [soft, MaxExpiry]
 //	[18:26]  DeltaOffset    recompute duration, nanoseconds, int64, ≥ 0
 //	[26:34]  FenceOffset    fence, uint64, < 2^53
-//	[34:]    HeaderSize     value
+//	[34:]    HeaderSize     value, or, with FlagTagged, the tags and then
+//	                        the value: since and the number of tags as
+//	                        uvarints, then each tag as a uvarint length and
+//	                        its bytes
 //
 // The fence is below 2^53, and so are the expiries (MaxExpiry < 2^44), so a
 // script reads them exactly into Lua numbers (doubles).
@@ -55,9 +58,20 @@ const (
 	// value.
 	FlagNegative Flags = 1 << 0
 
+	// FlagTagged marks an entry that carries tags, with the version
+	// clock's time its load began (Since), after the header.
+	FlagTagged Flags = 1 << 1
+
 	// KnownFlags holds every flag bit this version defines; they are the
 	// low bits, so KnownFlags+1 is a power of two.
-	KnownFlags = FlagNegative
+	KnownFlags = FlagNegative | FlagTagged
+)
+
+// MaxTags is the most tags an envelope carries, and MaxTagLen the longest
+// tag, in bytes.
+const (
+	MaxTags   = 1024
+	MaxTagLen = 4096
 )
 
 // Envelope is one decoded remote entry.
@@ -77,6 +91,13 @@ type Envelope struct {
 	// Fence is the fence the entry was written under; zero before a store
 	// sets it. Fence ≤ MaxFence.
 	Fence uint64
+	// Tags are the entry's tags, at most MaxTags, none longer than
+	// MaxTagLen; FlagTagged is set exactly when there is one. Since is when
+	// the entry's load began, on the clock of tag versions (Unix
+	// microseconds): the entry is retired once any of its tags has a
+	// version at or after it.
+	Tags  []string
+	Since uint64
 	// Value is the encoded value; nil and empty are the same. After Decode it
 	// aliases the decoded bytes.
 	Value []byte
@@ -106,6 +127,15 @@ func (e *Envelope) Validate() error {
 		return fmt.Errorf("%w: negative delta %d", ErrCorrupt, int64(e.Delta))
 	case e.Fence > MaxFence:
 		return fmt.Errorf("%w: fence %d not below 2^53", ErrCorrupt, e.Fence)
+	case (e.Flags&FlagTagged != 0) != (len(e.Tags) > 0):
+		return fmt.Errorf("%w: FlagTagged is %v with %d tags", ErrCorrupt, e.Flags&FlagTagged != 0, len(e.Tags))
+	case len(e.Tags) > MaxTags:
+		return fmt.Errorf("%w: %d tags, more than %d", ErrCorrupt, len(e.Tags), MaxTags)
+	}
+	for _, t := range e.Tags {
+		if len(t) > MaxTagLen {
+			return fmt.Errorf("%w: a tag of %d bytes, longer than %d", ErrCorrupt, len(t), MaxTagLen)
+		}
 	}
 	return nil
 }
@@ -114,7 +144,7 @@ func (e *Envelope) Validate() error {
 // does not check e: an envelope that Validate rejects encodes to bytes that
 // Decode rejects.
 func Append(dst []byte, e *Envelope) []byte {
-	if n := HeaderSize + len(e.Value); cap(dst)-len(dst) < n {
+	if n := HeaderSize + tagsSize(e) + len(e.Value); cap(dst)-len(dst) < n {
 		// One allocation, growing geometrically when appending repeatedly.
 		grown := make([]byte, len(dst), max(len(dst)+n, 2*cap(dst)))
 		copy(grown, dst)
@@ -125,6 +155,14 @@ func Append(dst []byte, e *Envelope) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Hard))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Delta))
 	dst = binary.BigEndian.AppendUint64(dst, e.Fence)
+	if e.Flags&FlagTagged != 0 {
+		dst = binary.AppendUvarint(dst, e.Since)
+		dst = binary.AppendUvarint(dst, uint64(len(e.Tags)))
+		for _, t := range e.Tags {
+			dst = binary.AppendUvarint(dst, uint64(len(t)))
+			dst = append(dst, t...)
+		}
+	}
 	return append(dst, e.Value...)
 }
 
@@ -142,11 +180,47 @@ func Decode(b []byte) (Envelope, error) {
 		Delta: time.Duration(binary.BigEndian.Uint64(b[DeltaOffset:])),
 		Fence: binary.BigEndian.Uint64(b[FenceOffset:]),
 	}
+	if e.Flags&^KnownFlags != 0 {
+		return Envelope{}, e.Validate() // unknown flags may change the layout: read no further
+	}
+	rest := b[HeaderSize:len(b):len(b)]
+	if e.Flags&FlagTagged != 0 {
+		var err error
+		if e.Since, e.Tags, rest, err = decodeTags(rest); err != nil {
+			return Envelope{}, err
+		}
+	}
 	if err := e.Validate(); err != nil {
 		return Envelope{}, err
 	}
-	e.Value = b[HeaderSize:len(b):len(b)]
+	e.Value = rest
 	return e, nil
+}
+
+// decodeTags reads the tags section of a tagged envelope from b, and
+// returns what follows it.
+func decodeTags(b []byte) (since uint64, tags []string, rest []byte, err error) {
+	corrupt := func(what string) error { return fmt.Errorf("%w: tags section: %s", ErrCorrupt, what) }
+	since, n := uvarint(b)
+	if n <= 0 {
+		return 0, nil, nil, corrupt("since")
+	}
+	b = b[n:]
+	count, n := uvarint(b)
+	if n <= 0 || count == 0 || count > MaxTags {
+		return 0, nil, nil, corrupt("count")
+	}
+	b = b[n:]
+	tags = make([]string, 0, count)
+	for range count {
+		l, n := uvarint(b)
+		if n <= 0 || l > MaxTagLen || l > uint64(len(b)-n) {
+			return 0, nil, nil, corrupt("tag length")
+		}
+		tags = append(tags, string(b[n:n+int(l)]))
+		b = b[n+int(l):]
+	}
+	return since, tags, b, nil
 }
 
 // checkHeader reports whether b starts with a whole header of a known version.
@@ -176,4 +250,26 @@ func SetFence(b []byte, fence uint64) error {
 	}
 	binary.BigEndian.PutUint64(b[FenceOffset:], fence)
 	return nil
+}
+
+// tagsSize is the size of e's tags section, at most.
+func tagsSize(e *Envelope) int {
+	if e.Flags&FlagTagged == 0 {
+		return 0
+	}
+	n := 2 * binary.MaxVarintLen64
+	for _, t := range e.Tags {
+		n += binary.MaxVarintLen64 + len(t)
+	}
+	return n
+}
+
+// uvarint is binary.Uvarint for the canonical (shortest) encoding only, so
+// that every envelope has one encoding; n ≤ 0 means none.
+func uvarint(b []byte) (uint64, int) {
+	v, n := binary.Uvarint(b)
+	if n > 0 && n != len(binary.AppendUvarint(nil, v)) {
+		return 0, 0
+	}
+	return v, n
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,8 +140,9 @@ func TestDecodeRejects(t *testing.T) {
 		{"version 255 short", []byte{255}, ErrUnknownVersion, "version 255"},
 		{"version only", []byte{Version}, ErrCorrupt, "1 bytes"},
 		{"header minus one", Append(nil, &valid)[:HeaderSize-1], ErrCorrupt, "33 bytes"},
-		{"flag bit 1", withByte(FlagsOffset, 2), ErrCorrupt, "flag bits 0x02"},
-		{"all flag bits", withByte(FlagsOffset, 0xff), ErrCorrupt, "flag bits 0xfe"},
+		{"flag bit 2", withByte(FlagsOffset, 4), ErrCorrupt, "flag bits 0x04"},
+		{"all flag bits", withByte(FlagsOffset, 0xff), ErrCorrupt, "flag bits 0xfc"},
+		{"tagged without tags", withByte(FlagsOffset, byte(FlagTagged)), ErrCorrupt, "tags section"},
 		{"negative soft", with(SoftOffset, 1<<63), ErrCorrupt, "negative soft"},
 		{"negative hard", with(HardOffset, math.MaxUint64), ErrCorrupt, "hard expiry -1 before"},
 		{"hard before soft", with(HardOffset, 999), ErrCorrupt, "hard expiry 999 before soft expiry 1000"},
@@ -261,6 +263,8 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(Append(nil, &Envelope{}))
 	f.Add(Append(nil, &Envelope{Flags: FlagNegative, Soft: 1, Hard: 1, Fence: MaxFence}))
+	f.Add(Append(nil, &Envelope{Flags: FlagTagged, Soft: 1, Hard: 2, Tags: []string{"a", "", "{t}"}, Since: 1 << 50, Value: []byte("v")}))
+	f.Add(Append(nil, &Envelope{Flags: FlagTagged | FlagNegative, Tags: []string{"x"}}))
 	f.Add([]byte{})
 	f.Add([]byte{Version})
 	f.Add([]byte{2, 0, 0})
@@ -355,4 +359,34 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestTaggedRoundTrip(t *testing.T) {
+	e := Envelope{Flags: FlagTagged, Soft: 5, Hard: 9, Delta: 3, Fence: 7, Tags: []string{"product:42", "", "cat\x00"}, Since: 1796193311518878, Value: []byte("value")}
+	b := Append(nil, &e)
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Tags, e.Tags) || got.Since != e.Since || string(got.Value) != "value" || got.Fence != 7 {
+		t.Errorf("Decode(Append(e)) = %+v, want %+v", got, e)
+	}
+	if err := SetFence(b, 11); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := Decode(b); got.Fence != 11 || !slices.Equal(got.Tags, e.Tags) {
+		t.Errorf("after SetFence: %+v", got)
+	}
+	if err := (&Envelope{Tags: []string{"t"}}).Validate(); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Validate of a tag without FlagTagged = %v, want ErrCorrupt", err)
+	}
+	for _, bad := range []Envelope{
+		{Flags: FlagTagged}, // no tag
+		{Flags: FlagTagged, Tags: make([]string, MaxTags+1)},
+		{Flags: FlagTagged, Tags: []string{strings.Repeat("x", MaxTagLen+1)}},
+	} {
+		if _, err := Decode(Append(nil, &bad)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("Decode of %d tags, flags %v = %v, want ErrCorrupt", len(bad.Tags), bad.Flags, err)
+		}
+	}
 }

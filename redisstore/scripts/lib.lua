@@ -34,6 +34,52 @@ local function u64(v, off)
   return n
 end
 
+-- uvarint reads the uvarint of v at 1-based position i, as Go's
+-- binary.Uvarint does, in its shortest encoding only; it returns the value
+-- (exact below 2^53) and the position after it, or nil.
+local function uvarint(v, i)
+  local n, mul = 0, 1
+  for k = 0, 9 do
+    local b = string.byte(v, i + k)
+    if not b or (k == 9 and b > 1) then
+      return nil
+    end
+    n = n + (b % 128) * mul
+    if b < 128 then
+      if k > 0 and b == 0 then
+        return nil -- not the shortest encoding
+      end
+      return n, i + k + 1
+    end
+    mul = mul * 128
+  end
+  return nil
+end
+
+-- tagsok reports whether the tags section of the tagged envelope v is one
+-- that Go's envelope.Decode accepts: since, a count in [1, MAXTAGS], and
+-- that many tags of at most MAXTAGLEN bytes within v.
+local function tagsok(v)
+  local _, i = uvarint(v, HEADER + 1)
+  if not i then
+    return false
+  end
+  local count
+  count, i = uvarint(v, i)
+  if not count or count < 1 or count > MAXTAGS then
+    return false
+  end
+  for _ = 1, count do
+    local len
+    len, i = uvarint(v, i)
+    if not len or len > MAXTAGLEN or i + len - 1 > #v then
+      return false
+    end
+    i = i + len
+  end
+  return true
+end
+
 -- soft returns the soft expiry (Unix ms) of the envelope v, or nil when v is
 -- not an envelope that Go's envelope.Decode accepts: a short or unknown
 -- header, unknown flag bits, an expiry that is negative, out of order or
@@ -54,6 +100,9 @@ local function soft(v)
   end
   local s, h = u64(v, SOFT), u64(v, HARD)
   if h < s or h > MAXEXPIRY or u64(v, FENCE) > MAXFENCE then
+    return nil
+  end
+  if math.floor(flags / TAGGED) % 2 == 1 and not tagsok(v) then
     return nil
   end
   return s
