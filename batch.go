@@ -71,7 +71,7 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 // keys, and the values it served that are due for a refresh.
 func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at map[string][]int, stale []staleRead[V]) {
 	for i, key := range keys {
-		if e, ok := c.local.GetIfPresent(key); ok {
+		if e, ok := c.localGet(key); ok {
 			if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
 				c.hit(key, e)
 				items[i] = itemOf(c.served(e))
@@ -414,7 +414,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V], loads
 		}
 		f.remoteUp = got.Err == nil
 		if got.Stale != nil && f.mode == foreground {
-			if e, ok := c.decode(f.key, got.Stale); ok && f.now < e.hard {
+			if e, ok := c.decode(f.key, got.Stale); ok && f.now < e.hard && c.usable(e) {
 				f.candidate = e
 			}
 		}
@@ -655,6 +655,13 @@ func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V]) {
 		keys[i] = p.f.key
 	}
 	vals, delta, ds, err := c.runBatchLoad(ctx, keys, b.load, b.refresh)
+	if err == nil {
+		var tags []string
+		for _, k := range keys {
+			tags = append(tags, ds.of(k).tags...)
+		}
+		c.learnTags(ctx, tags) // the versions as of now, to judge the loads by
+	}
 	for _, p := range chunk {
 		v, lerr := vals[p.f.key], err
 		if _, ok := vals[p.f.key]; !ok && lerr == nil {
@@ -730,11 +737,13 @@ func (ds *batchDirectives) of(key string) directives {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	d := ds.all
+	d.tags = slices.Clone(d.tags)
 	if p := ds.per[key]; p != nil {
 		if p.soft > 0 {
 			d.soft, d.hard = p.soft, p.hard
 		}
 		d.noCache = d.noCache || p.noCache
+		d.tags = append(d.tags, p.tags...)
 	}
 	return d
 }
@@ -797,6 +806,11 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 		}
 	}
 	c.remoteDone(ctx, firstErr(got, func(l Loaded) error { return l.Err }))
+	envs := make([][]byte, len(got))
+	for i, l := range got {
+		envs[i] = l.Value
+	}
+	c.fetchTags(ctx, envs...)
 	for i, l := range got[:len(keys)] {
 		c.readOf(&reads[i], keys[i], l.Value, l.Err)
 	}
@@ -830,6 +844,11 @@ func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquir
 		}
 	}
 	c.remoteDone(ctx, firstErr(got, func(a Acquired) error { return a.Err }))
+	envs := make([][]byte, 0, 2*len(got))
+	for _, a := range got {
+		envs = append(envs, a.Value, a.Stale)
+	}
+	c.fetchTags(ctx, envs...)
 	return got[:len(reqs)]
 }
 

@@ -76,6 +76,8 @@ type Cache[V any] struct {
 	hot, shared *topk.Tracker
 	// window gathers the refreshes of Gets served by Options.LoadMany.
 	window refreshBatch[V]
+	// tags holds the versions of the tags this replica has seen.
+	tags tagVersions
 }
 
 // New returns a cache configured by o; a nil o means [DefaultOptions].
@@ -118,6 +120,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 		c.events, _ = r.(EventRecorder)
 	}
 	c.gens.seed = maphash.MakeSeed()
+	c.tags.limit = max(2*cfg.MaxEntries, 1024)
 	// The local tier evicts by size only: entries carry their own soft and
 	// hard expiry, checked on each read with the cache's clock, so otter needs
 	// no clock of its own on the hit path.
@@ -235,7 +238,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 		var zero V
 		return zero, ErrClosed
 	}
-	if e, ok := c.local.GetIfPresent(key); ok {
+	if e, ok := c.localGet(key); ok {
 		// The coarse clock's bound judges a value far from its expiries; one
 		// within a resolution of them is judged by the precise time.
 		if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
@@ -258,7 +261,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 // false.
 func (c *Cache[V]) GetIfPresent(key string) (V, bool) {
 	var zero V
-	e, ok := c.local.GetIfPresent(key)
+	e, ok := c.localGet(key)
 	if !ok || e.negative || c.closed.Load() {
 		return zero, false
 	}
@@ -414,6 +417,10 @@ func (c *Cache[V]) loader(key string, load LoadFunc[V]) LoadFunc[V] {
 // dropped when the change deleted the value, and otherwise marked
 // superseded: served while one read of the Store replaces it.
 func (c *Cache[V]) noticed(n Notice) {
+	if n.Tag != "" {
+		c.tags.learn(n.Tag, n.Fence) // entries with the tag are refused as they are read
+		return
+	}
 	if n.Fence == 0 {
 		c.trustFloor.Store(c.clk.now())
 		c.gens.forgetAllHeld()

@@ -35,6 +35,11 @@ type entry[V any] struct {
 	// uncached marks a value its load asked not to cache: it is handed to the
 	// flight's callers and never stored.
 	uncached bool
+	// tags are the entry's tags, sorted (Tags), and since is when its load
+	// began on the clock of tag versions (Unix microseconds): a version of
+	// a tag at or after since retires the entry. Untagged: nil.
+	tags  []string
+	since uint64
 
 	// refreshing is set by the one reader that starts a background refresh of
 	// this entry; a new entry replaces it when the refresh succeeds.
@@ -81,7 +86,7 @@ func (e *entry[V]) newerThan(o *entry[V]) bool {
 // staleCopy returns a copy of e that went stale at now, under fence if
 // that is newer than e's.
 func (e *entry[V]) staleCopy(now int64, fence uint64) *entry[V] {
-	s := &entry[V]{value: e.value, soft: now, hard: e.hard, near: e.near, born: e.born, delta: e.delta, negative: e.negative}
+	s := &entry[V]{value: e.value, soft: now, hard: e.hard, near: e.near, born: e.born, delta: e.delta, negative: e.negative, tags: e.tags, since: e.since}
 	s.fence.Store(max(fence, e.fence.Load()))
 	return s
 }
@@ -102,6 +107,8 @@ func (c *Cache[V]) decode(key string, env []byte) (*entry[V], bool) {
 		hard:     ev.Hard * int64(time.Millisecond),
 		delta:    int64(ev.Delta),
 		negative: ev.Flags&envelope.FlagNegative != 0,
+		tags:     ev.Tags,
+		since:    ev.Since,
 	}
 	e.fence.Store(ev.Fence)
 	if !e.negative {
@@ -124,6 +131,10 @@ func (c *Cache[V]) encode(e *entry[V]) ([]byte, error) {
 		Soft:  e.soft / int64(time.Millisecond),
 		Hard:  e.hard / int64(time.Millisecond),
 		Delta: time.Duration(e.delta),
+	}
+	if len(e.tags) > 0 {
+		ev.Flags |= envelope.FlagTagged
+		ev.Tags, ev.Since = e.tags, e.since
 	}
 	if e.negative {
 		ev.Flags |= envelope.FlagNegative

@@ -51,6 +51,7 @@ type attempt[V any] struct {
 func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attempt[V], error) {
 	g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, after))
 	c.remoteDone(ctx, err)
+	c.fetchTags(ctx, g.Value)
 	return c.grantAttempt(ctx, key, g, err)
 }
 
@@ -63,10 +64,25 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err er
 	case err != nil:
 		return attempt[V]{outcome: leaseFailed}, nil
 	case g.Value != nil:
-		if e, ok := c.decode(key, g.Value); ok {
-			return attempt[V]{outcome: leaseFound, e: e}, nil
+		e, ok := c.decode(key, g.Value)
+		switch {
+		case !ok:
+			return attempt[V]{outcome: leaseUndecodable}, nil
+		case !c.usable(e):
+			// A tag retired it: ask again, for a value newer than it or
+			// the lease.
+			g, err = c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, e.soft))
+			c.remoteDone(ctx, err)
+			if err == nil && g.Value != nil {
+				c.fetchTags(ctx, g.Value)
+				if e, ok := c.decode(key, g.Value); ok && c.usable(e) {
+					return attempt[V]{outcome: leaseFound, e: e}, nil
+				}
+				return attempt[V]{outcome: leaseUndecodable}, nil
+			}
+			return c.grantAttempt(ctx, key, g, err)
 		}
-		return attempt[V]{outcome: leaseUndecodable}, nil
+		return attempt[V]{outcome: leaseFound, e: e}, nil
 	case g.Token != "":
 		c.st.leaseAcquired.add(1)
 		c.leaseEvent(LeaseAcquired, 0)

@@ -67,6 +67,7 @@ func (c *Cache[V]) remoteCtx(ctx context.Context) (context.Context, context.Canc
 type directives struct {
 	soft, hard time.Duration
 	noCache    bool
+	tags       []string
 }
 
 type directivesKey struct{}

@@ -132,7 +132,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, co callOpts) (*en
 // just before the last shared read put its value there would start a read
 // of its own: it re-checks the local tier first.
 func (c *Cache[V]) sharedRead(ctx context.Context, key string) remoteRead[V] {
-	if e, ok := c.local.GetIfPresent(key); ok {
+	if e, ok := c.localGet(key); ok {
 		if now := c.clk.now(); now < e.hard && c.trusted(e, now) {
 			r := remoteRead[V]{done: true, local: true, e: e}
 			r.gen, r.puts = c.gens.get(key)
@@ -250,7 +250,7 @@ func (f *fillState[V]) settles(e *entry[V]) bool {
 // in the local tier, when it settles the fill; a stale or untrusted entry
 // there becomes the candidate.
 func (f *fillState[V]) recheckLocal() *entry[V] {
-	e, ok := f.c.local.GetIfPresent(f.key)
+	e, ok := f.c.localGet(f.key)
 	if !ok || f.now >= e.hard {
 		return nil
 	}
@@ -390,6 +390,9 @@ func (f *fillState[V]) takeSlot(ctx context.Context) (release func(), err error)
 func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held *heldLease) (*entry[V], error) {
 	c := f.c
 	v, delta, d, err := c.runLoad(ctx, f.key, load, f.mode == background)
+	if err == nil {
+		c.learnTags(ctx, d.tags) // the versions as of now, to judge the load by
+	}
 	return f.stored(ctx, v, delta, d, err, held)
 }
 
@@ -405,8 +408,8 @@ func (f *fillState[V]) stored(ctx context.Context, v V, delta time.Duration, d d
 	if prev := cmp.Or(f.old, f.candidate); prev != nil {
 		e.delta = max(e.delta, prev.delta/10*9) // see entry.delta
 	}
-	if d.noCache {
-		e.uncached = true
+	if d.noCache || !c.tagged(e, d, f.since(held)) {
+		e.uncached = true // or invalidated by a tag while it loaded
 		return e, nil
 	}
 	soft, hard := c.cfg.SoftTTL, c.cfg.HardTTL
@@ -418,6 +421,16 @@ func (f *fillState[V]) stored(ctx context.Context, v V, delta time.Duration, d d
 	c.setLead(f.key, e)
 	c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
 	return e, nil
+}
+
+// since is when the fill's load began on the clock of tag versions: the
+// fence of its lease, which the Store's clock gives, or else the
+// replica's own clock at the fill's start.
+func (f *fillState[V]) since(held *heldLease) uint64 {
+	if held != nil && f.c.cfg.Store != nil {
+		return held.fence
+	}
+	return uint64(max(f.now/1000, 0))
 }
 
 // loadFailed settles a fill whose load returned err: a not-found is
@@ -445,6 +458,7 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	r.gen, r.puts = c.gens.get(key)
 	env, err := c.cfg.Store.Load(ctx, key)
 	c.remoteDone(ctx, err)
+	c.fetchTags(ctx, env)
 	c.readOf(&r, key, env, err)
 	return r
 }
@@ -459,6 +473,8 @@ func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
 	case env == nil:
 		r.gone = true
 	default:
-		r.e, _ = c.decode(key, env)
+		if e, ok := c.decode(key, env); ok && c.usable(e) {
+			r.e = e // a value a tag retired is of no use either
+		}
 	}
 }

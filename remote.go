@@ -120,6 +120,9 @@ type Notice struct {
 	// Dropped reports that the change deleted the key's value (Invalidate);
 	// otherwise it stored one.
 	Dropped bool
+	// Tag, when not empty, names a tag whose version became Fence
+	// ([Tagger.InvalidateTag]); Key and Dropped are then unset.
+	Tag string
 }
 
 // HotSet is implemented by a Store that keeps, for the whole fleet, the keys
@@ -160,4 +163,23 @@ type Clearer interface {
 	// Notice whose Dropped is set and whose Key and Fence are zero, and
 	// wakes every Wait-er.
 	InvalidateAll(ctx context.Context) error
+}
+
+// Tagger is implemented by a Store that keeps a version for each tag, for
+// [Cache.InvalidateTag] and the tagged values of [Tags]. A version is a time
+// on the tier's clock, in Unix microseconds, below 2^53, and never goes
+// back: a value whose load began before a version of one of its tags is
+// retired.
+type Tagger interface {
+	// InvalidateTag advances tag's version to max(the last + 1, the tier's
+	// clock), announces it with a Notice whose Tag is tag and whose Fence is
+	// the new version, and returns the version.
+	InvalidateTag(ctx context.Context, tag string) (uint64, error)
+	// TagVersions returns the current version of each tag, in order, in few
+	// round trips. A tag the tier holds no version of (never invalidated,
+	// or unused for so long that the tier dropped it) gets one, the tier's
+	// clock less the time the tier keeps an unused version, so that a value
+	// that could have been loaded before the dropped version is retired,
+	// and no value loaded since.
+	TagVersions(ctx context.Context, tags []string) ([]uint64, error)
 }

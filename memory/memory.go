@@ -56,6 +56,9 @@ type Remote struct {
 	// subs holds the subscriptions that have not been stopped.
 	subs  map[*notify.Subscription]struct{}
 	stats Stats
+	// tags holds the tags' versions (see InvalidateTag); nil until the
+	// first call.
+	tags map[string]tagVersion
 	// hot holds the hot set's counts by period (see AddHot); nil until the
 	// first call.
 	hot map[hotPeriod]map[string]float64
@@ -90,13 +93,16 @@ type Stats struct {
 	Invalidates   uint64 // Invalidate calls
 	// InvalidateAlls counts InvalidateAll calls.
 	InvalidateAlls uint64
-	AcquireValue   uint64 // Acquire calls answered with a fresh value
-	AcquireLease   uint64 // Acquire calls that took the lease
-	AcquireHeld    uint64 // Acquire calls that found the lease held by another
-	Extends        uint64 // Extend calls that extended a lease
-	Releases       uint64 // Release calls that gave up a held lease
-	Announces      uint64 // completions announced to Wait-ers (one per Release)
-	Failures       uint64 // calls that returned an error
+	// TagInvalidates counts InvalidateTag calls, and TagReads the tags
+	// whose version TagVersions read.
+	TagInvalidates, TagReads uint64
+	AcquireValue             uint64 // Acquire calls answered with a fresh value
+	AcquireLease             uint64 // Acquire calls that took the lease
+	AcquireHeld              uint64 // Acquire calls that found the lease held by another
+	Extends                  uint64 // Extend calls that extended a lease
+	Releases                 uint64 // Release calls that gave up a held lease
+	Announces                uint64 // completions announced to Wait-ers (one per Release)
+	Failures                 uint64 // calls that returned an error
 	// Batches counts LoadMany, AcquireMany, ExtendMany and WriteReleaseMany
 	// calls, whatever their entries' outcomes; each entry also counts as
 	// its single call.

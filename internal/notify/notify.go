@@ -11,6 +11,7 @@ type Notice struct {
 	Key     string
 	Fence   uint64
 	Dropped bool
+	Tag     string
 }
 
 // Subscription is one subscriber's queue and the goroutine that empties it
