@@ -49,7 +49,7 @@ func TestInvalidateTagLocal(t *testing.T) {
 				t.Errorf("GetIfPresent(%q) = %v after InvalidateTag(red), want %v", k, ok, want)
 			}
 		}
-		time.Sleep(time.Millisecond) // a load in InvalidateTag's microsecond is not cached
+		time.Sleep(time.Millisecond)              // a load in InvalidateTag's microsecond is not cached
 		mustGet(t, c, "a", tagged(10, "red"), 10) // loaded again, and kept
 		if v, ok := c.GetIfPresent("a"); !ok || v != 10 {
 			t.Errorf("a after its reload = %d, %v; want 10 cached", v, ok)
