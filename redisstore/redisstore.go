@@ -48,6 +48,7 @@
 //	                   key: w<fence>:<length>:<key> (written under fence,
 //	                   then completed) or d<length>:<key> (completed)
 //	g<generation>      every key retired (InvalidateAll)
+//	t<version>:<tag>   tag's version advanced (InvalidateTag)
 //
 // where origin is the announcing Remote's id (16 hex digits), length the
 // key's length in bytes, and every number a canonical decimal; a message
@@ -722,6 +723,10 @@ func (r *Remote) dispatch(payload string) {
 		for s := range r.subs {
 			s.Push(notify.Notice{Key: m.key, Fence: m.fence, Dropped: m.kind == dropNotice})
 		}
+	case tagNotice:
+		for s := range r.subs {
+			s.Push(notify.Notice{Tag: m.key, Fence: m.fence})
+		}
 	case doneNotice:
 		if m.origin != r.id { // Release woke this Remote's own Wait-ers
 			r.wake(m.key)
@@ -743,6 +748,7 @@ const (
 	doneNotice   = 'd' // "d<origin><key>": key's load completed
 	batchNotice  = 'b' // "b<origin>" then records: the loads a WriteReleaseMany ended (batch.go)
 	clearNotice  = 'g' // "g<generation>": every key retired (InvalidateAll)
+	tagNotice    = 't' // "t<version>:<tag>": tag's version advanced (InvalidateTag)
 )
 
 // originLen is the length of a Remote's id in completion notices.
@@ -764,7 +770,7 @@ func parseNotice(p string) (message, bool) {
 		return message{}, false
 	}
 	switch p[0] {
-	case changeNotice, dropNotice:
+	case changeNotice, dropNotice, tagNotice:
 		i := strings.IndexByte(p, ':')
 		if i < 2 || p[1] == '0' && i > 2 { // canonical digits only
 			return message{}, false

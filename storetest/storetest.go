@@ -46,7 +46,8 @@ const (
 // single-key call does. Run calls newFleet once more itself to find out which
 // the tier implements; it adds no batch subtest for a contract the tier
 // lacks, rather than one that passes without checking anything. When the
-// Store is a [herd.Clearer], InvalidateAll is checked last, alone.
+// Store is a [herd.Clearer], InvalidateAll is checked last, alone; when it
+// is a [herd.Tagger], its tag versions.
 func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	tests := []subtest{
 		{"LoadMissing", testLoadMissing},
@@ -76,6 +77,9 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	}
 	probeS, probeL := newFleet(t)
 	tests = append(tests, batchTests(probeS, probeL)...)
+	if _, ok := probeS.(herd.Tagger); ok {
+		tests = append(tests, subtest{"Tagger", testTagger})
+	}
 	// The subtests run in parallel within one group, which returns once
 	// they have all ended; InvalidateAll, which retires every key of the
 	// tier, runs after it.

@@ -91,6 +91,17 @@ func (s Space) NamesAt(key string, gen uint64) Names {
 	}
 }
 
+// TagName returns the Redis key that holds tag's version:
+// <prefix>{<hash>}:<tag>:t, with the hash made as a key's tag is but from
+// the tag's bytes after a zero byte, so that tag versions spread over the
+// slots apart from the keys; no name of Names ends in ":t".
+func (s Space) TagName(tag string) string {
+	sum := sha256.Sum256(append([]byte{0}, tag...))
+	var h [TagLen]byte
+	hex.Encode(h[:], sum[:TagLen/2])
+	return s.prefix + "{" + string(h[:]) + "}:" + tag + ":t"
+}
+
 // Generation returns the Redis key that holds the generation of the whole
 // keyspace: <prefix>{gen}. No name of Names has "gen" for its tag.
 func (s Space) Generation() string { return s.prefix + "{gen}" }
