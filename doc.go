@@ -49,6 +49,15 @@
 //     drop their local tiers on its notice (within 2×NearTTL if it is
 //     lost), and a load that began before writes neither tier (on other
 //     replicas, with a Lease).
+//   - InvalidateTag retires every entry whose load gave it the tag
+//     ([Tags]), and whose load began before it: after it returns on a
+//     replica, no such entry is served there; other replicas refuse them
+//     once its notice reaches them (within 2×NearTTL if it is lost), and
+//     a replica that reads one from the Store refuses it there and then.
+//     A load that was running is served to its callers but cached
+//     nowhere. A load's beginning is its lease's fence, on the Store's
+//     clock; without a Lease, the replica's own clock, so keep the clocks
+//     in sync.
 //   - After MarkStale on a replica returns, the value is stale on that
 //     replica (and in the Store): it is served as stale values are, while
 //     one refresh replaces it, and a load that began before MarkStale is

@@ -169,7 +169,10 @@ type Clearer interface {
 // [Cache.InvalidateTag] and the tagged values of [Tags]. A version is a time
 // on the tier's clock, in Unix microseconds, below 2^53, and never goes
 // back: a value whose load began before a version of one of its tags is
-// retired.
+// retired. A cache dates the beginning of a load under a lease by the
+// lease's fence, so the fences of the cache's [Lease] must be times on the
+// same clock, in Unix microseconds, as memory.Remote's and redisstore's
+// are.
 type Tagger interface {
 	// InvalidateTag advances tag's version to max(the last + 1, the tier's
 	// clock), announces it with a Notice whose Tag is tag and whose Fence is

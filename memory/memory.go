@@ -59,6 +59,8 @@ type Remote struct {
 	// tags holds the tags' versions (see InvalidateTag); nil until the
 	// first call.
 	tags map[string]tagVersion
+	// tagsSwept is how many versions the last sweep of tags left.
+	tagsSwept int
 	// hot holds the hot set's counts by period (see AddHot); nil until the
 	// first call.
 	hot map[hotPeriod]map[string]float64

@@ -62,6 +62,15 @@ func (r *Remote) tagVersion(tag string, now time.Time) uint64 {
 	if r.tags == nil {
 		r.tags = make(map[string]tagVersion)
 	}
+	if len(r.tags) >= max(2*r.tagsSwept, minSweep) {
+		// Drop the versions nobody used for TagKeep, as Redis expires them.
+		for t, tv := range r.tags {
+			if !now.Before(tv.until) {
+				delete(r.tags, t)
+			}
+		}
+		r.tagsSwept = len(r.tags)
+	}
 	tv, ok := r.tags[tag]
 	if !ok || !now.Before(tv.until) {
 		tv.v = max(tv.v, uint64(max(now.Add(-TagKeep).UnixMicro(), 0)))

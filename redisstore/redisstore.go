@@ -37,6 +37,16 @@
 // Remote that finds none reads generation 0, so keep it from eviction: use
 // a volatile-* maxmemory-policy (or noeviction) with InvalidateAll.
 //
+// Tag versions ([herd.Tagger]) live under <prefix>{<hash>}:<tag>:t, the
+// hash made from the tag's bytes, so tags spread over the slots; each is a
+// time on the server's clock in Unix microseconds, like a fence, and is
+// kept for TagKeep (a day) after its last read or InvalidateTag. A version
+// that expired or was evicted reads as the server's clock less TagKeep:
+// above the version it replaces, since that one was left unused for
+// TagKeep, and below the start of any load that reads it. InvalidateTag is
+// one script on one key; the versions of the tags of a batch of values
+// are read in one pipeline.
+//
 // Change and completion notices go out with classic PUBLISH on
 // <prefix>events, which reaches subscribers on every node of a Cluster,
 // one message each, whatever bytes the key holds:
@@ -756,10 +766,10 @@ const originLen = 16
 
 // message is a parsed message from the channel.
 type message struct {
-	kind   byte   // changeNotice, dropNotice, doneNotice or clearNotice
+	kind   byte   // changeNotice, dropNotice, doneNotice, clearNotice or tagNotice
 	origin string // the announcing Remote's id; completions only
 	key    string // may be empty: "" is a key
-	fence  uint64 // changes and drops; the generation of a clearNotice
+	fence  uint64 // changes and drops; the generation of a clearNotice, the version of a tagNotice
 }
 
 // parseNotice parses a message from the channel, as the scripts format it.
