@@ -912,7 +912,8 @@ func commandCalls(t *testing.T, stats string) map[string]int {
 func FuzzParseNotice(f *testing.F) {
 	const origin = "0123456789abcdef"
 	for _, seed := range []string{"", "c", "d", "dk", "d" + origin, "d" + origin + "k", "c1:k", "c0:k", "c01:k", "c:k", "c1:", "c12",
-		"c1::", "c9007199254740991:k", "c9007199254740992:k", "c-1:k", "c+1:k", "x1:k", "x0:k", "x:k", "d\x00", "c18446744073709551616:k"} {
+		"c1::", "c9007199254740991:k", "c9007199254740992:k", "c-1:k", "c+1:k", "x1:k", "x0:k", "x:k", "d\x00", "c18446744073709551616:k",
+		"g1", "g0", "g01", "g", "t1:tag", "t0:tag", "t1:", "t:tag", "t01:x"} {
 		f.Add(seed)
 	}
 	for _, seed := range batchNoticeSeeds() {
@@ -924,12 +925,17 @@ func FuzzParseNotice(f *testing.F) {
 		if !ok {
 			return
 		}
-		if (m.kind == changeNotice || m.kind == dropNotice) && m.fence == 0 {
+		if (m.kind == changeNotice || m.kind == dropNotice || m.kind == tagNotice || m.kind == clearNotice) && m.fence == 0 {
 			t.Fatalf("parseNotice(%q) gave a change under fence 0, which reads as a lost notice", p)
 		}
 		var back string
 		switch m.kind {
-		case changeNotice, dropNotice:
+		case clearNotice:
+			back = "g" + strconv.FormatUint(m.fence, 10)
+			if m.fence > envelope.MaxFence {
+				t.Fatalf("parseNotice(%q) gave generation %d above 2^53", p, m.fence)
+			}
+		case changeNotice, dropNotice, tagNotice:
 			back = string(m.kind) + strconv.FormatUint(m.fence, 10) + ":" + m.key
 			if m.fence > envelope.MaxFence {
 				t.Fatalf("parseNotice(%q) gave fence %d above 2^53", p, m.fence)
