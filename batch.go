@@ -491,39 +491,18 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 	if len(losers) == 0 {
 		return
 	}
-	type outcome struct {
-		l   loser[V]
-		a   attempt[V]
-		err error
-	}
-	ch := make(chan outcome, len(losers))
+	ch := make(chan waited[V], len(losers))
 	stops := make(map[*fillState[V]]context.CancelFunc, len(losers))
 	for _, l := range losers {
 		lctx, stop := context.WithCancel(ctx)
 		stops[l.f] = stop
 		go func() {
 			a, err := l.f.lose(lctx, l.a)
-			ch <- outcome{l, a, err}
+			ch <- waited[V]{l, a, err}
 		}()
 	}
 	left := len(losers)
-	defer func() {
-		for _, stop := range stops {
-			stop()
-		}
-		// The waits still running (after a panic of the loader, or stopped
-		// by the re-read below) end on their own; a lease one of them took
-		// is given back.
-		if left > 0 {
-			go func() {
-				for range left {
-					if o := <-ch; o.err == nil && o.a.outcome == leaseGranted {
-						b.c.endLease(ctx, heldFrom(o.l.f.key, o.a.grant), nil, 0, nil)
-					}
-				}
-			}()
-		}
-	}()
+	defer func() { b.abandon(ctx, ch, left, stops) }()
 	// A holder may also finish between that read and the start of its
 	// loser's wait, which then hears nothing until its first re-read: one
 	// read of every key still waited for, soon after the waits begin, ends
@@ -537,20 +516,13 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 			if len(stops) == 0 {
 				return
 			}
-			continue
-		case o := <-ch:
+		case w := <-ch:
 			var loads []pendingLoad[V]
 			for more := true; more; {
 				left--
-				if stop, ok := stops[o.l.f]; ok {
-					delete(stops, o.l.f)
-					stop()
-					loads = b.lost(loads, o.l.f, o.a, o.err)
-				} else if o.err == nil && o.a.outcome == leaseGranted {
-					b.c.endLease(ctx, heldFrom(o.l.f.key, o.a.grant), nil, 0, nil) // settled by the re-read
-				}
+				loads = b.arrived(ctx, loads, w, stops)
 				select {
-				case o = <-ch:
+				case w = <-ch:
 				default:
 					more = false
 				}
@@ -558,6 +530,48 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 			b.loadAll(ctx, loads)
 		}
 	}
+}
+
+// waited is how one loser's wait ended.
+type waited[V any] struct {
+	l   loser[V]
+	a   attempt[V]
+	err error
+}
+
+// arrived settles the loser whose wait ended with w, or adds it to loads
+// when this replica must load it; a loser the re-read settled already
+// (no longer in stops) gives back a lease its wait took.
+func (b *batchFill[V]) arrived(ctx context.Context, loads []pendingLoad[V], w waited[V], stops map[*fillState[V]]context.CancelFunc) []pendingLoad[V] {
+	stop, ok := stops[w.l.f]
+	if !ok {
+		if w.err == nil && w.a.outcome == leaseGranted {
+			b.c.endLease(ctx, heldFrom(w.l.f.key, w.a.grant), nil, 0, nil)
+		}
+		return loads
+	}
+	delete(stops, w.l.f)
+	stop()
+	return b.lost(loads, w.l.f, w.a, w.err)
+}
+
+// abandon stops the left waits still running (after a panic of the
+// loader, or once the re-read settled every loser) and, as they end, gives
+// back any lease one of them took.
+func (b *batchFill[V]) abandon(ctx context.Context, ch <-chan waited[V], left int, stops map[*fillState[V]]context.CancelFunc) {
+	for _, stop := range stops {
+		stop()
+	}
+	if left == 0 {
+		return
+	}
+	go func() {
+		for range left {
+			if w := <-ch; w.err == nil && w.a.outcome == leaseGranted {
+				b.c.endLease(ctx, heldFrom(w.l.f.key, w.a.grant), nil, 0, nil)
+			}
+		}
+	}()
 }
 
 // loserRecheck is how soon after its losers begin to wait a batch reads

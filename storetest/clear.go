@@ -22,29 +22,11 @@ func testInvalidateAll(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 	gc := lease(t, l, c, longTTL) // held, nothing written yet
 
-	var cleared chan struct{}
+	var cleared <-chan herd.Notice
 	if n, ok := s.(herd.Notifier); ok {
-		cleared = make(chan struct{}, 1024)
-		first := make(chan struct{}, 1024)
-		probe := key(t, "probe")
-		stop := n.Subscribe(func(n herd.Notice) {
-			switch {
-			case n.Key == probe:
-				first <- struct{}{}
-			case n.Dropped && n.Fence == 0 && n.Key == "":
-				cleared <- struct{}{}
-			}
-		})
+		var stop func()
+		cleared, stop = listen(t, s, n, func(n herd.Notice) bool { return n.Dropped && n.Fence == 0 && n.Key == "" })
 		defer stop()
-		eventually(t, "the subscription's first notice", func() bool {
-			invalidate(t, s, probe)
-			select {
-			case <-first:
-				return true
-			default:
-				return false
-			}
-		})
 	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)

@@ -28,26 +28,11 @@ func testTagger(t *testing.T, s herd.Store, l herd.Lease) {
 		t.Errorf("TagVersions again = %v, %v; want %d: a version stays put", again, err, vs[0])
 	}
 
-	var notices chan herd.Notice
+	var notices <-chan herd.Notice
 	if n, ok := s.(herd.Notifier); ok {
-		notices = make(chan herd.Notice, 1024)
-		probe := key(t, "probe")
-		stop := n.Subscribe(func(n herd.Notice) {
-			if n.Tag == tag || n.Key == probe {
-				notices <- n
-			}
-		})
+		var stop func()
+		notices, stop = listen(t, s, n, func(n herd.Notice) bool { return n.Tag == tag })
 		defer stop()
-		eventually(t, "the subscription's first notice", func() bool {
-			invalidate(t, s, probe)
-			select {
-			case <-notices:
-				return true
-			default:
-				return false
-			}
-		})
-		drain(notices)
 	}
 
 	before := lease(t, l, key(t, "before"), longTTL)
@@ -70,15 +55,13 @@ func testTagger(t *testing.T, s herd.Store, l herd.Lease) {
 	if notices != nil {
 		timeout := time.After(deadline)
 		for _, want := range []uint64{v1, v2} {
-			for n := (herd.Notice{}); n.Tag == ""; {
-				select {
-				case n = <-notices: // the probe's may come late: skipped
-					if n.Tag != "" && (n.Tag != tag || n.Fence != want || n.Key != "" || n.Dropped) {
-						t.Errorf("notice = %+v, want {Tag %q, Fence %d}", n, tag, want)
-					}
-				case <-timeout:
-					t.Fatalf("no notice of InvalidateTag (version %d)", want)
+			select {
+			case n := <-notices:
+				if n.Tag != tag || n.Fence != want || n.Key != "" || n.Dropped {
+					t.Errorf("notice = %+v, want {Tag %q, Fence %d}", n, tag, want)
 				}
+			case <-timeout:
+				t.Fatalf("no notice of InvalidateTag (version %d)", want)
 			}
 		}
 	}
@@ -101,13 +84,31 @@ func testTagger(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-// drain empties ch.
-func drain(ch chan herd.Notice) {
-	for {
-		select {
-		case <-ch:
-		default:
-			return
+// listen subscribes to n, the Notifier of s, keeping the notices keep
+// accepts, and returns once the subscription hears notices: a probe key
+// is invalidated until its own notice comes.
+func listen(t *testing.T, s herd.Store, n herd.Notifier, keep func(herd.Notice) bool) (<-chan herd.Notice, func()) {
+	t.Helper()
+	kept := make(chan herd.Notice, 1024)
+	heard := make(chan struct{}, 1024)
+	probe := key(t, "listen")
+	stop := n.Subscribe(func(n herd.Notice) {
+		switch {
+		case n.Key == probe:
+			heard <- struct{}{}
+		case keep(n):
+			kept <- n
 		}
-	}
+	})
+	t.Cleanup(stop) // stop may be called more than once
+	eventually(t, "the subscription's first notice", func() bool {
+		invalidate(t, s, probe)
+		select {
+		case <-heard:
+			return true
+		default:
+			return false
+		}
+	})
+	return kept, stop
 }
