@@ -17,7 +17,8 @@ import (
 // at most 1024 tags of at most 4096 bytes each; a load that gives more, or
 // longer ones, is served but not cached. A reader of a tagged value from
 // the Store reads its tags' versions too, one more round trip for a whole
-// batch. Tag values only once every replica runs a herd that knows tags:
+// batch. A value stored with Set or SetWithTTL carries no tags. Tag values
+// only once every replica runs a herd that knows tags:
 // an older one takes a tagged value for a corrupt one, and reloads it.
 func Tags(ctx context.Context, tags ...string) {
 	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok {
