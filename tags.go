@@ -17,7 +17,8 @@ import (
 // at most 1024 tags of at most 4096 bytes each; a load that gives more, or
 // longer ones, is served but not cached. A reader of a tagged value from
 // the Store reads its tags' versions too, one more round trip for a whole
-// batch. A value stored with Set or SetWithTTL carries no tags. Tag values
+// batch. A value stored with Set or SetWithTTL carries no tags, and with a
+// Store that keeps no tag versions (no [Tagger]) tags are ignored. Tag values
 // only once every replica runs a herd that knows tags:
 // an older one takes a tagged value for a corrupt one, and reloads it.
 func Tags(ctx context.Context, tags ...string) {
@@ -46,9 +47,9 @@ func TagsFor(ctx context.Context, key string, tags ...string) {
 // and a load running now is served to its callers but cached nowhere.
 // Other replicas learn the version from the Store's notice, or, when the
 // notice is lost, within 2×NearTTL, when their copies are read again. A
-// Store that is no Tagger gives an error wrapping [errors.ErrUnsupported];
-// when the Store cannot be reached, the local entries with the tag are
-// dropped and the error wraps [ErrDegraded].
+// Store that is no Tagger gives an error wrapping [errors.ErrUnsupported]
+// (its values carry no tags); when the Store cannot be reached, the local
+// entries with the tag are dropped and the error wraps [ErrDegraded].
 func (c *Cache[V]) InvalidateTag(ctx context.Context, tag string) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -60,7 +61,6 @@ func (c *Cache[V]) InvalidateTag(ctx context.Context, tag string) error {
 	}
 	tg, ok := s.(Tagger)
 	if !ok {
-		c.dropTagged(tag)
 		return fmt.Errorf("herd: InvalidateTag: the Store (%T) keeps no tag versions: %w", s, errors.ErrUnsupported)
 	}
 	var v uint64
@@ -190,6 +190,9 @@ func (c *Cache[V]) learnTags(ctx context.Context, tags []string) {
 func (c *Cache[V]) tagged(e *entry[V], d directives, since uint64) bool {
 	if len(d.tags) == 0 {
 		return true
+	}
+	if _, ok := c.cfg.Store.(Tagger); c.cfg.Store != nil && !ok {
+		return true // a Store that keeps no tag versions: tags are ignored
 	}
 	tags := slices.Clone(d.tags)
 	slices.Sort(tags)
