@@ -80,8 +80,11 @@ type Cache[V any] struct {
 	tags tagVersions
 }
 
-// New returns a cache configured by o; a nil o means [DefaultOptions].
-// Invalid options give an error whose text starts with "herd: ".
+// New returns a cache configured by o; a nil o means [DefaultOptions],
+// whose Limiter (32 concurrent loads) is new on each call, so two caches
+// made with nil options over one backing store put two caps on it: give
+// them one limiter instead. Invalid options give an error whose text
+// starts with "herd: ".
 func New[V any](o *Options[V]) (*Cache[V], error) {
 	if o == nil {
 		o = DefaultOptions[V]()

@@ -2,6 +2,7 @@ package herd
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,7 +176,7 @@ func (h *histogram) observe(d time.Duration) {
 }
 
 func (h *histogram) snapshot() Histogram {
-	s := Histogram{Bounds: histogramBounds, Counts: make([]uint64, len(h.counts))}
+	s := Histogram{Bounds: slices.Clone(histogramBounds), Counts: make([]uint64, len(h.counts))}
 	for i := range h.counts {
 		s.Counts[i] = h.counts[i].Load()
 		s.Count += s.Counts[i]

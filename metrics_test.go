@@ -189,3 +189,19 @@ func TestName(t *testing.T) {
 		t.Errorf("names %q and %q, want profiles and default", named.Name(), unnamed.Name())
 	}
 }
+
+// A snapshot's histogram bounds are its own: changing them changes no
+// other snapshot.
+func TestHistogramBoundsAreCopied(t *testing.T) {
+	c := newCache(t, testOptions())
+	mustGet(t, c, "k", fleetValue(1), 1)
+	a, b := c.Stats().LoadDuration, c.Stats().LoadDuration
+	if len(a.Bounds) == 0 {
+		t.Fatal("no histogram bounds")
+	}
+	want := b.Bounds[0]
+	a.Bounds[0] = -1
+	if got := c.Stats().LoadDuration.Bounds[0]; got != want || b.Bounds[0] != want {
+		t.Errorf("after changing one snapshot's bounds, another's first bound is %v and a new one's %v, want %v", b.Bounds[0], got, want)
+	}
+}
