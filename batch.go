@@ -360,9 +360,11 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 		return loads, nil
 	}
 	var ask, told []*fillState[V]
+	held := make(map[*fillState[V]]attempt[V])
 	for _, f := range fs {
-		if _, ok := c.heldElsewhere(f.key, f.now); ok {
+		if a, ok := c.heldElsewhere(f.key, f.now); ok {
 			told = append(told, f)
+			held[f] = a
 		} else {
 			ask = append(ask, f)
 		}
@@ -374,8 +376,7 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 			b.settle(f.key, f.old, nil)
 			continue
 		}
-		a, _ := c.heldElsewhere(f.key, f.now)
-		losers = append(losers, loser[V]{f: f, a: a})
+		losers = append(losers, loser[V]{f: f, a: held[f]})
 	}
 	if len(ask) > 0 {
 		return b.fromLeases(ctx, ask, loads, losers)
@@ -486,8 +487,11 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 	for i, l := range losers {
 		fs[i] = l.f
 	}
-	waiting := b.fromReads(ctx, fs)
-	losers = slices.DeleteFunc(losers, func(l loser[V]) bool { return !slices.Contains(waiting, l.f) })
+	waiting := make(map[*fillState[V]]bool, len(fs))
+	for _, f := range b.fromReads(ctx, fs) {
+		waiting[f] = true
+	}
+	losers = slices.DeleteFunc(losers, func(l loser[V]) bool { return !waiting[l.f] })
 	if len(losers) == 0 {
 		return
 	}

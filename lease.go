@@ -65,22 +65,20 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err er
 		return attempt[V]{outcome: leaseFailed}, nil
 	case g.Value != nil:
 		e, ok := c.decode(key, g.Value)
-		switch {
-		case !ok:
-			return attempt[V]{outcome: leaseUndecodable}, nil
-		case !c.usable(e):
-			// A tag retired it: ask again, for a value newer than it or
-			// the lease.
+		if ok && !c.usable(e) {
+			// A tag retired it: ask once more, for a newer value or the
+			// lease; a value retired again is loaded over, unfenced.
 			g, err = c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, e.soft))
 			c.remoteDone(ctx, err)
-			if err == nil && g.Value != nil {
-				c.fetchTags(ctx, g.Value)
-				if e, ok := c.decode(key, g.Value); ok && c.usable(e) {
-					return attempt[V]{outcome: leaseFound, e: e}, nil
-				}
-				return attempt[V]{outcome: leaseUndecodable}, nil
+			if err != nil || g.Value == nil {
+				return c.grantAttempt(ctx, key, g, err)
 			}
-			return c.grantAttempt(ctx, key, g, err)
+			c.fetchTags(ctx, g.Value)
+			e, ok = c.decode(key, g.Value)
+			ok = ok && c.usable(e)
+		}
+		if !ok {
+			return attempt[V]{outcome: leaseUndecodable}, nil
 		}
 		return attempt[V]{outcome: leaseFound, e: e}, nil
 	case g.Token != "":

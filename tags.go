@@ -98,19 +98,24 @@ type tagVersions struct {
 func (t *tagVersions) learn(tag string, v uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.m == nil || len(t.m) >= t.limit {
-		t.m = make(map[string]uint64)
-	}
-	t.m[tag] = max(t.m[tag], v)
+	t.set(tag, max(t.m[tag], v))
 }
 
 // bump advances tag's version to max(the last + 1, now), for a cache
 // without a Store.
 func (t *tagVersions) bump(tag string, now uint64) {
 	t.mu.Lock()
-	v := t.m[tag]
-	t.mu.Unlock()
-	t.learn(tag, max(v+1, now))
+	defer t.mu.Unlock()
+	t.set(tag, max(t.m[tag]+1, now))
+}
+
+// set sets tag's version to v, forgetting every other first when the map
+// is full. t.mu is held.
+func (t *tagVersions) set(tag string, v uint64) {
+	if t.m == nil || len(t.m) >= t.limit {
+		t.m = make(map[string]uint64)
+	}
+	t.m[tag] = v
 }
 
 // current reports whether an entry with tags whose load began at since is
@@ -203,23 +208,10 @@ func (c *Cache[V]) tagged(e *entry[V], d directives, since uint64) bool {
 	e.tags, e.since = tags, since
 	if c.cfg.Store == nil {
 		// Versions come from this process's clock: a tag never invalidated
-		// has none, and retires nothing.
-		c.tags.mu.Lock()
-		defer c.tags.mu.Unlock()
-		if c.tags.m == nil {
-			c.tags.m = make(map[string]uint64)
-		}
+		// has version 0, and retires nothing.
 		for _, t := range tags {
-			if _, ok := c.tags.m[t]; !ok {
-				c.tags.m[t] = 0
-			}
+			c.tags.learn(t, 0)
 		}
-		for _, t := range tags {
-			if c.tags.m[t] >= since {
-				return false
-			}
-		}
-		return true
 	}
 	return c.tags.current(tags, since)
 }

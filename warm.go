@@ -32,60 +32,109 @@ func (c *Cache[V]) Warm(ctx context.Context, keys []string, load func(ctx contex
 	if c.cfg.Limiter != nil {
 		workers = c.cfg.Limiter.Limit()
 	}
+	t := &warmTally{WarmReport: WarmReport{Errors: map[string]error{}}}
 	if load == nil && c.cfg.Load == nil && c.cfg.LoadMany != nil {
-		return c.warmMany(ctx, keys, workers)
+		size := cmp.Or(c.cfg.MaxBatch, warmBatch)
+		batches := (len(keys) + size - 1) / size
+		parallel(workers, batches, func(b int) {
+			c.warmMany(ctx, keys[b*size:min((b+1)*size, len(keys))], t)
+		})
+		return t.WarmReport
 	}
-	workers = min(workers, len(keys))
+	parallel(workers, len(keys), func(i int) { c.warmOne(ctx, keys[i], load, t) })
+	return t.WarmReport
+}
 
+// warmOne warms key with load (or Options.Load) through Get.
+func (c *Cache[V]) warmOne(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), t *warmTally) {
+	var called atomic.Bool
+	var lf LoadFunc[V]
+	if load == nil {
+		load = c.cfg.Load
+	}
+	if load != nil {
+		lf = func(ctx context.Context) (V, error) {
+			called.Store(true)
+			return load(ctx, key)
+		}
+	}
+	err := ctx.Err()
+	if err == nil {
+		_, err = c.Get(ctx, key, lf)
+	}
+	t.add(key, err, called.Load())
+}
+
+// warmBatch is how many keys one batch of a Warm with Options.LoadMany
+// holds when MaxBatch is zero.
+const warmBatch = 100
+
+// warmMany warms a batch of keys with Options.LoadMany through GetMany.
+func (c *Cache[V]) warmMany(ctx context.Context, batch []string, t *warmTally) {
 	var (
 		mu     sync.Mutex
-		report = WarmReport{Errors: map[string]error{}}
-		next   atomic.Int64
-		wg     sync.WaitGroup
+		loaded = map[string]bool{}
 	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(keys) {
-					return
-				}
-				key := keys[i]
-				var called atomic.Bool
-				var lf LoadFunc[V]
-				if load != nil {
-					lf = func(ctx context.Context) (V, error) {
-						called.Store(true)
-						return load(ctx, key)
-					}
-				} else if c.cfg.Load != nil {
-					lf = func(ctx context.Context) (V, error) {
-						called.Store(true)
-						return c.cfg.Load(ctx, key)
-					}
-				}
-				err := ctx.Err()
-				if err == nil {
-					_, err = c.Get(ctx, key, lf)
-				}
-				mu.Lock()
-				switch {
-				case err != nil:
-					report.Failed++
-					report.Errors[key] = err
-				case called.Load():
-					report.Loaded++
-				default:
-					report.Fresh++
-				}
-				mu.Unlock()
+	load := func(ctx context.Context, ks []string) (map[string]V, error) {
+		mu.Lock()
+		for _, k := range ks {
+			loaded[k] = true
+		}
+		mu.Unlock()
+		return c.cfg.LoadMany(ctx, ks)
+	}
+	var items []Item[V]
+	if err := ctx.Err(); err == nil {
+		items = c.GetMany(ctx, batch, load)
+	} else {
+		items = make([]Item[V], len(batch))
+		for i := range items {
+			items[i].Err = err
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, it := range items {
+		t.add(batch[i], it.Err, loaded[batch[i]])
+	}
+}
+
+// warmTally is the report of a Warm under way.
+type warmTally struct {
+	mu sync.Mutex
+	WarmReport
+}
+
+// add records the warming of key: its error, or whether its load ran.
+func (t *warmTally) add(key string, err error, loaded bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case err != nil:
+		t.Failed++
+		t.Errors[key] = err
+	case loaded:
+		t.Loaded++
+	default:
+		t.Fresh++
+	}
+}
+
+// parallel calls fn with each of 0 … n-1 on up to workers goroutines, and
+// returns once every call has.
+func parallel(workers, n int, fn func(int)) {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range min(workers, n) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	return report
 }
 
 // WarmHot warms this replica with the keys the fleet reads most: up to n
@@ -144,68 +193,4 @@ func (c *Cache[V]) shareHot() {
 // sharePeriod is the period of the hot set: ShareHotKeysEvery, or SoftTTL.
 func (c *Cache[V]) sharePeriod() time.Duration {
 	return cmp.Or(c.cfg.ShareHotKeysEvery, c.cfg.SoftTTL)
-}
-
-// warmBatch is how many keys one batch of a Warm with Options.LoadMany
-// holds when MaxBatch is zero.
-const warmBatch = 100
-
-// warmMany is Warm with Options.LoadMany: workers GetMany calls at once,
-// each over one batch of keys.
-func (c *Cache[V]) warmMany(ctx context.Context, keys []string, workers int) WarmReport {
-	size := cmp.Or(c.cfg.MaxBatch, warmBatch)
-	var (
-		mu     sync.Mutex
-		report = WarmReport{Errors: map[string]error{}}
-		next   atomic.Int64
-		wg     sync.WaitGroup
-	)
-	batches := (len(keys) + size - 1) / size
-	for range min(workers, batches) {
-		wg.Go(func() {
-			for {
-				b := int(next.Add(1)) - 1
-				if b >= batches {
-					return
-				}
-				batch := keys[b*size : min((b+1)*size, len(keys))]
-				loaded := map[string]bool{}
-				var lmu sync.Mutex
-				load := func(ctx context.Context, ks []string) (map[string]V, error) {
-					lmu.Lock()
-					for _, k := range ks {
-						loaded[k] = true
-					}
-					lmu.Unlock()
-					return c.cfg.LoadMany(ctx, ks)
-				}
-				var items []Item[V]
-				if err := ctx.Err(); err == nil {
-					items = c.GetMany(ctx, batch, load)
-				} else {
-					items = make([]Item[V], len(batch))
-					for i := range items {
-						items[i].Err = err
-					}
-				}
-				mu.Lock()
-				lmu.Lock()
-				for i, it := range items {
-					switch {
-					case it.Err != nil:
-						report.Failed++
-						report.Errors[batch[i]] = it.Err
-					case loaded[batch[i]]:
-						report.Loaded++
-					default:
-						report.Fresh++
-					}
-				}
-				lmu.Unlock()
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return report
 }

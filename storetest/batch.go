@@ -376,31 +376,11 @@ func testBatch100(t *testing.T, s herd.Store, l herd.Lease) {
 
 func testWriteReleaseManyNotifies(t *testing.T, s herd.Store, l herd.Lease) {
 	prefix := key(t, "")
-	notices := make(chan herd.Notice, 1024)
-	stop := s.(herd.Notifier).Subscribe(func(n herd.Notice) {
-		if n.Fence == 0 || strings.HasPrefix(n.Key, prefix) {
-			notices <- n
-		}
+	notices, stop := listen(t, s, s.(herd.Notifier), func(n herd.Notice) bool {
+		return n.Fence == 0 || strings.HasPrefix(n.Key, prefix)
 	})
 	defer stop()
-	// As in testNotifier: touch a key until the subscription hears it,
-	// then drain up to a marker.
-	first, mark := key(t, "first"), key(t, "mark")
-	eventually(t, "first notice", func() bool {
-		invalidate(t, s, first)
-		for {
-			select {
-			case n := <-notices:
-				if n.Key == first {
-					return true
-				}
-			default:
-				return false
-			}
-		}
-	})
-	invalidate(t, s, mark)
-	expect(t, notices, mark, first)
+	mark := key(t, "mark")
 
 	k1, k2, kStale, kRelease := key(t, "k1"), key(t, "k2"), key(t, "stale"), key(t, "release")
 	g1, g2, gR := lease(t, l, k1, longTTL), lease(t, l, k2, longTTL), lease(t, l, kRelease, longTTL)

@@ -83,32 +83,3 @@ func testTagger(t *testing.T, s herd.Store, l herd.Lease) {
 		}
 	}
 }
-
-// listen subscribes to n, the Notifier of s, keeping the notices keep
-// accepts, and returns once the subscription hears notices: a probe key
-// is invalidated until its own notice comes.
-func listen(t *testing.T, s herd.Store, n herd.Notifier, keep func(herd.Notice) bool) (<-chan herd.Notice, func()) {
-	t.Helper()
-	kept := make(chan herd.Notice, 1024)
-	heard := make(chan struct{}, 1024)
-	probe := key(t, "listen")
-	stop := n.Subscribe(func(n herd.Notice) {
-		switch {
-		case n.Key == probe:
-			heard <- struct{}{}
-		case keep(n):
-			kept <- n
-		}
-	})
-	t.Cleanup(stop) // stop may be called more than once
-	eventually(t, "the subscription's first notice", func() bool {
-		invalidate(t, s, probe)
-		select {
-		case <-heard:
-			return true
-		default:
-			return false
-		}
-	})
-	return kept, stop
-}

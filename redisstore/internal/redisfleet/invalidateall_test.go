@@ -68,20 +68,7 @@ func TestInvalidateAllAcrossReplicas(t *testing.T) {
 	if n := trips.trips.Load() - before; n > 2 {
 		t.Errorf("InvalidateAll of 200 keys took %d Redis round trips, want 1 (2 if its script had to be loaded)", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for i, r := range rs {
-		for _, k := range keys {
-			for {
-				if _, ok := r.cache.GetIfPresent(k); !ok {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("replica %d still holds %q 10s after InvalidateAll", i, k)
-				}
-				time.Sleep(5 * time.Millisecond) // polls for the notice
-			}
-		}
-	}
+	waitDropped(t, rs, keys, "InvalidateAll")
 	for _, k := range keys {
 		if env, err := rs[0].remote.Load(t.Context(), k); err != nil || env != nil {
 			t.Fatalf("Load(%q) after InvalidateAll = %q, %v; want nothing", k, env, err)
@@ -90,6 +77,27 @@ func TestInvalidateAllAcrossReplicas(t *testing.T) {
 	for k, n := range round("v2") {
 		if n != 1 {
 			t.Errorf("%q loaded %d times after InvalidateAll, want 1 for the fleet", k, n)
+		}
+	}
+}
+
+// waitDropped waits until no replica serves any of keys from its local
+// tier, as the notice of what (an invalidation) makes them, for at most
+// 10s.
+func waitDropped(t *testing.T, rs []*replica, keys []string, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i, r := range rs {
+		for _, k := range keys {
+			for {
+				if _, ok := r.cache.GetIfPresent(k); !ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("replica %d still serves %q 10s after %s", i, k, what)
+				}
+				time.Sleep(5 * time.Millisecond) // polls for the notice
+			}
 		}
 	}
 }

@@ -72,20 +72,7 @@ func TestInvalidateTagAcrossReplicas(t *testing.T) {
 	if got := trips.trips.Load() - before; got > 2 {
 		t.Errorf("InvalidateTag of 100 keys took %d round trips, want 1 (2 if its script had to be loaded)", got)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for i, r := range rs {
-		for _, k := range keys {
-			for {
-				if _, ok := r.cache.GetIfPresent(k); !ok {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("replica %d still serves %q 10s after InvalidateTag", i, k)
-				}
-				time.Sleep(5 * time.Millisecond) // polls for the notice
-			}
-		}
-	}
+	waitDropped(t, rs, keys, "InvalidateTag")
 	clear(loads)
 	for _, r := range rs {
 		read(r, "v2")
