@@ -261,9 +261,10 @@ type batchFill[V any] struct {
 	// refresh is set for a background refresh, whose slot is taken.
 	refresh bool
 	leases  *leaseBatch
-	// hits holds the keys the Store served fresh: each counts as a hit
-	// when the batch counts its keys, and every other key as a miss.
-	hits map[string]bool
+	// hits holds the keys the Store served fresh, with how: each counts so
+	// (a hit or a negative) when the batch counts its keys, and every other
+	// key as a miss.
+	hits map[string]GetResult
 }
 
 // pendingLoad is a key of a batch that this replica loads: under held, or
@@ -287,7 +288,7 @@ type loser[V any] struct {
 // call per MaxBatch, and only then applies the loser policy to the keys
 // another replica is loading (lose).
 func (c *Cache[V]) fillMany(ctx context.Context, led []string, load BatchLoadFunc[V], co callOpts, olds map[string]*entry[V], settle func(string, *entry[V], error), count bool) {
-	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: olds != nil, leases: newLeaseBatch(), hits: map[string]bool{}}
+	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: olds != nil, leases: newLeaseBatch(), hits: map[string]GetResult{}}
 	defer c.closeLeases(ctx, b.leases)
 	if count {
 		// Each key is counted before its callers see it: as a hit when the
@@ -302,9 +303,11 @@ func (c *Cache[V]) fillMany(ctx context.Context, led []string, load BatchLoadFun
 				return
 			}
 			counted[key] = true
-			if b.hits[key] {
-				c.got(key, ResultHit)
-				c.st.remoteHits.add(1)
+			if r, ok := b.hits[key]; ok {
+				c.got(key, r)
+				if r == ResultHit {
+					c.st.remoteHits.add(1)
+				}
 			} else {
 				c.got(key, ResultMiss)
 			}
@@ -450,7 +453,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V], loads
 // fromStore settles f with e, a value the Store holds.
 func (b *batchFill[V]) fromStore(f *fillState[V], e *entry[V]) {
 	if f.mode == foreground && !e.stale(b.c.clk.now()) {
-		b.hits[f.key] = true
+		b.hits[f.key] = e.freshResult()
 	}
 	b.settle(f.key, e, nil)
 }

@@ -42,9 +42,9 @@ type Cache[V any] struct {
 	st     counters
 	brk    breaker
 
-	recorder Recorder      // nil: none
-	tracer   Tracer        // nil: no spans
-	events   EventRecorder // nil: no events
+	recorder Recorder      // NopRecorder without Options.Recorder
+	tracer   Tracer        // nopTracer unless the Recorder traces
+	events   EventRecorder // nopEvents unless the Recorder takes events
 	loadDur  histogram
 	waitDur  histogram // lease losers' waits
 	queueDur histogram // limiter queue waits
@@ -93,10 +93,15 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	if err != nil {
 		return nil, err
 	}
+	rec, err := recorderFor(cfg.Recorder, cfg.name())
+	if err != nil {
+		return nil, err
+	}
 	c := &Cache[V]{
 		cfg:        cfg,
 		clk:        newClock(),
 		jitterDraw: rand.Float64,
+		recorder:   rec,
 	}
 	c.hitClk = coarseClock{precise: &c.clk, stop: make(chan struct{})}
 	if !cfg.PreciseClock {
@@ -117,10 +122,12 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	if cfg.ShareHotKeys > 0 {
 		c.shared = topk.New(cfg.ShareHotKeys)
 	}
-	if r := cfg.Recorder; r != nil {
-		c.recorder = r
-		c.tracer, _ = r.(Tracer)
-		c.events, _ = r.(EventRecorder)
+	c.tracer, c.events = nopTracer{}, nopEvents{}
+	if t, ok := c.recorder.(Tracer); ok {
+		c.tracer = t
+	}
+	if ev, ok := c.recorder.(EventRecorder); ok {
+		c.events = ev
 	}
 	c.gens.seed = maphash.MakeSeed()
 	c.tags.limit = max(2*cfg.MaxEntries, 1024)
@@ -157,9 +164,6 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 func (c *Cache[V]) breakerChanged(open bool) {
 	if !open {
 		c.trustFloor.Store(c.clk.now())
-	}
-	if c.recorder != nil {
-		c.recorder.RecordBreaker(open)
 	}
 	if open {
 		c.event(EventBreakerOpened, "", nil)
@@ -315,7 +319,7 @@ func (c *Cache[V]) near(ctx context.Context, key string, e *entry[V], opts []Cal
 // hit counts a fresh hit on e.
 func (c *Cache[V]) hit(key string, e *entry[V]) {
 	c.markRead(e)
-	c.got(key, ResultHit)
+	c.got(key, e.freshResult())
 }
 
 // markRead records that e was read, for RefreshAheadHot.
@@ -379,25 +383,15 @@ func (c *Cache[V]) remoteDone(ctx context.Context, err error) {
 	c.brk.record(ctx, err)
 }
 
-func (c *Cache[V]) served(e *entry[V]) (V, error) {
-	if e.negative {
-		c.st.negativeHits.add(1)
-	}
-	return e.result()
-}
+func (c *Cache[V]) served(e *entry[V]) (V, error) { return e.result() }
 
-// event hands e to the EventRecorder, if any.
+// event hands an Event to the EventRecorder.
 func (c *Cache[V]) event(kind EventKind, key string, err error) {
-	if c.events != nil {
-		c.events.RecordEvent(Event{Kind: kind, Key: key, Err: err})
-	}
+	c.events.RecordEvent(Event{Kind: kind, Key: key, Err: err})
 }
 
-// span starts a span if the Recorder traces; end is never nil.
+// span starts a span with the Tracer; end is never nil.
 func (c *Cache[V]) span(ctx context.Context, op, key string) (context.Context, func(error)) {
-	if c.tracer == nil {
-		return ctx, func(error) {}
-	}
 	return c.tracer.StartSpan(ctx, op, key)
 }
 

@@ -519,12 +519,11 @@ func TestUndecodableValueTakesNoLease(t *testing.T) {
 }
 
 // leaseCounter counts the LeaseLost events a cache reports.
-type leaseCounter struct{ lost *atomic.Int64 }
+type leaseCounter struct {
+	herd.NopRecorder
+	lost *atomic.Int64
+}
 
-func (leaseCounter) RecordGet(herd.GetResult)              {}
-func (leaseCounter) RecordLoad(time.Duration, error, bool) {}
-func (leaseCounter) RecordShed(string, bool)               {}
-func (leaseCounter) RecordBreaker(bool)                    {}
 func (l leaseCounter) RecordLease(e herd.LeaseEvent, _ time.Duration) {
 	if e == herd.LeaseLost {
 		l.lost.Add(1)

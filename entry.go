@@ -443,3 +443,11 @@ func valueHash(key string, softMs int64) uint64 {
 	h = (h ^ h>>27) * 0x94d049bb133111eb
 	return h ^ h>>31
 }
+
+// freshResult is how a Get served e, fresh, was answered.
+func (e *entry[V]) freshResult() GetResult {
+	if e.negative {
+		return ResultNegative
+	}
+	return ResultHit
+}

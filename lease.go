@@ -269,9 +269,7 @@ func (c *Cache[V]) leaseEnded(end leaseEnd, wrote bool, err error) {
 	if err == nil && end.env != nil && !wrote {
 		end.refused()
 		c.st.fencedWrites.add(1)
-		if c.recorder != nil {
-			c.recorder.RecordLease(LeaseFenced, 0)
-		}
+		c.recorder.RecordLease(LeaseFenced, 0)
 	}
 }
 
@@ -353,7 +351,5 @@ func (c *Cache[V]) leaseEvent(e LeaseEvent, wait time.Duration) {
 	if e == LeaseWoken || e == LeaseWaitTimeout {
 		c.waitDur.observe(wait)
 	}
-	if c.recorder != nil {
-		c.recorder.RecordLease(e, wait)
-	}
+	c.recorder.RecordLease(e, wait)
 }

@@ -140,9 +140,7 @@ func (c *Cache[V]) timeLoad(ctx context.Context, keys []string, background bool,
 			c.keyLoads.done(k)
 		}
 		c.loadDur.observe(elapsed)
-		if c.recorder != nil {
-			c.recorder.RecordLoad(elapsed, err, background)
-		}
+		c.recorder.RecordLoad(elapsed, err, background)
 		if !returned {
 			end(errLoadPanicked) // the panic goes on to the flight
 			return

@@ -2,6 +2,7 @@ package herd
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,21 +12,72 @@ import (
 // Recorder receives a cache's events as they happen, for metrics systems
 // that push rather than read [Cache.Stats]. Its methods may be called
 // concurrently; RecordGet runs on the hit path and must be cheap. A Recorder
-// may also implement [Tracer] and [EventRecorder].
+// may also implement [Tracer], [EventRecorder] and [CacheRecorder]. Embed
+// [NopRecorder] to implement only the methods wanted.
 type Recorder interface {
-	// RecordGet is called once per Get with how it was answered.
+	// RecordGet is called once per Get, and once per key of a GetMany, with
+	// how it was answered.
 	RecordGet(r GetResult)
-	// RecordLoad is called after each load with its duration and error;
-	// background says whether it was a refresh.
+	// RecordLoad is called after each load with its duration and error
+	// ([ErrNotFound] for a key that has no value); background says whether
+	// it was a refresh.
 	RecordLoad(d time.Duration, err error, background bool)
 	// RecordLease is called for each lease event; wait is the time a loser
 	// waited (LeaseWoken, LeaseWaitTimeout), zero otherwise.
 	RecordLease(e LeaseEvent, wait time.Duration)
-	// RecordShed is called when the limiter refuses a load.
+	// RecordShed is called when the limiter refuses a load, with the
+	// limiter's reason (limiter.ReasonQueueTimeout, ReasonQueueFull or
+	// ReasonReserve); background says whether it was a refresh.
 	RecordShed(reason string, background bool)
-	// RecordBreaker is called when the breaker opens or closes.
-	RecordBreaker(open bool)
 }
+
+// NopRecorder is a [Recorder] whose methods do nothing: the Recorder of a
+// cache without one, and a base to embed in a Recorder that implements
+// only some methods.
+type NopRecorder struct{}
+
+func (NopRecorder) RecordGet(GetResult)                   {}
+func (NopRecorder) RecordLoad(time.Duration, error, bool) {}
+func (NopRecorder) RecordLease(LeaseEvent, time.Duration) {}
+func (NopRecorder) RecordShed(string, bool)               {}
+
+// CacheRecorder is an optional interface of a [Recorder] that labels what
+// it records with the name of its cache, so that the name is given once, as
+// Options.Name: New calls ForCache with [Cache.Name] and uses the Recorder
+// it returns in place of the one in Options. One CacheRecorder may so serve
+// several caches.
+type CacheRecorder interface {
+	Recorder
+	ForCache(name string) Recorder
+}
+
+// recorderFor returns the Recorder a cache named name uses for r: r itself,
+// what r's ForCache gives, or NopRecorder when r is nil.
+func recorderFor(r Recorder, name string) (Recorder, error) {
+	if r == nil {
+		return NopRecorder{}, nil
+	}
+	if b, ok := r.(CacheRecorder); ok {
+		if r = b.ForCache(name); r == nil {
+			return nil, fmt.Errorf("herd: Recorder's ForCache(%q) returned nil", name)
+		}
+	}
+	return r, nil
+}
+
+// nopTracer is the Tracer of a cache whose Recorder does not trace.
+type nopTracer struct{}
+
+func (nopTracer) StartSpan(ctx context.Context, _, _ string) (context.Context, func(error)) {
+	return ctx, endNothing
+}
+
+func endNothing(error) {}
+
+// nopEvents is the EventRecorder of a cache whose Recorder takes no events.
+type nopEvents struct{}
+
+func (nopEvents) RecordEvent(Event) {}
 
 // Tracer is an optional interface of a [Recorder] that wraps loads,
 // refreshes and lease waits in spans, so that a slow request shows what it
@@ -63,7 +115,8 @@ const (
 	// is kept until its hard TTL.
 	EventRefreshFailed
 	// EventBreakerOpened: repeated remote failures; serving from the local
-	// tier only.
+	// tier only. Breaker changes are reported only as events; Stats counts
+	// them (BreakerOpens, Degraded).
 	EventBreakerOpened
 	// EventBreakerClosed: the remote tier answers again.
 	EventBreakerClosed
@@ -87,10 +140,10 @@ func (k EventKind) String() string {
 type GetResult uint8
 
 const (
-	ResultHit      GetResult = iota // a fresh value from the local tier
-	ResultStale                     // a stale value, served at once
-	ResultNegative                  // ErrNotFound from a negative entry
-	ResultMiss                      // the caller waited for the remote tier, a lease holder or a load
+	ResultHit      GetResult = iota // a fresh value, from either tier
+	ResultStale                     // a stale value (or stale negative entry), served at once
+	ResultNegative                  // ErrNotFound from a fresh negative entry, from either tier
+	ResultMiss                      // the caller waited for a lease holder or a load
 )
 
 func (r GetResult) String() string {
@@ -229,8 +282,9 @@ func (k *keyLoads) snapshot() (total, now, highest int) {
 }
 
 // Recorders returns a Recorder that hands every event to each of rs in
-// order; it is a [Tracer] and an [EventRecorder] when any of rs is, nesting
-// the spans of every member that traces. Nil members are skipped.
+// order; it is a [Tracer], an [EventRecorder] and a [CacheRecorder], nesting
+// the spans of every member that traces and naming every member that is a
+// CacheRecorder. Nil members are skipped.
 func Recorders(rs ...Recorder) Recorder {
 	m := multiRecorder{}
 	for _, r := range rs {
@@ -267,10 +321,16 @@ func (m multiRecorder) RecordShed(reason string, background bool) {
 	}
 }
 
-func (m multiRecorder) RecordBreaker(open bool) {
-	for _, x := range m {
-		x.RecordBreaker(open)
+// ForCache hands name to every member that is a CacheRecorder.
+func (m multiRecorder) ForCache(name string) Recorder {
+	out := make(multiRecorder, len(m))
+	for i, x := range m {
+		if b, ok := x.(CacheRecorder); ok {
+			x = b.ForCache(name)
+		}
+		out[i] = x
 	}
+	return out
 }
 
 func (m multiRecorder) RecordEvent(e Event) {

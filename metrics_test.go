@@ -2,7 +2,9 @@ package herd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/memory"
 )
 
 // stampedeStats has callers Get one missing key at once while the load waits
@@ -107,17 +111,145 @@ func TestHotKeys(t *testing.T) {
 
 // recorder counts what a Recorder is told.
 type recorder struct {
-	gets   [4]atomic.Int64
-	loads  atomic.Int64
-	events sync.Map
+	gets     [4]atomic.Int64
+	loads    atomic.Int64
+	notFound atomic.Int64 // loads that returned ErrNotFound
+	events   sync.Map
+	mu       sync.Mutex
+	shed     []string // reasons, "background" appended for refreshes; guarded by mu
 }
 
-func (r *recorder) RecordGet(res herd.GetResult)               { r.gets[res].Add(1) }
-func (r *recorder) RecordLoad(time.Duration, error, bool)      { r.loads.Add(1) }
+func (r *recorder) RecordGet(res herd.GetResult) { r.gets[res].Add(1) }
+func (r *recorder) RecordLoad(_ time.Duration, err error, _ bool) {
+	r.loads.Add(1)
+	if errors.Is(err, herd.ErrNotFound) {
+		r.notFound.Add(1)
+	}
+}
 func (r *recorder) RecordLease(herd.LeaseEvent, time.Duration) {}
-func (r *recorder) RecordShed(string, bool)                    {}
-func (r *recorder) RecordBreaker(bool)                         {}
-func (r *recorder) RecordEvent(e herd.Event)                   { r.events.Store(e.Kind, e) }
+func (r *recorder) RecordShed(reason string, background bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if background {
+		reason += " background"
+	}
+	r.shed = append(r.shed, reason)
+}
+func (r *recorder) RecordEvent(e herd.Event) { r.events.Store(e.Kind, e) }
+
+// A fresh negative entry is answered as ResultNegative, counted in
+// NegativeHits and not in Hits, from the local tier and from the Store; a
+// load that finds no value is a not-found, not an error.
+func TestRecorderNegativeAndNotFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		mk := func(rec herd.Recorder) *herd.Cache[int] {
+			return fleetReplica(t, r, func(o *herd.Options[int]) {
+				o.NegativeTTL = time.Minute
+				o.Recorder = rec
+			})
+		}
+		recA, recB := &recorder{}, &recorder{}
+		a, b := mk(recA), mk(recB)
+		var loads atomic.Int64
+		for range 3 {
+			if _, err := a.Get(bounded(t), "gone", notFound(&loads)); !errors.Is(err, herd.ErrNotFound) {
+				t.Fatalf("Get = %v, want ErrNotFound", err)
+			}
+		}
+		if _, err := b.Get(bounded(t), "gone", notFound(&loads)); !errors.Is(err, herd.ErrNotFound) {
+			t.Fatalf("Get from the Store = %v, want ErrNotFound", err)
+		}
+		if n := loads.Load(); n != 1 {
+			t.Fatalf("%d loads, want 1", n)
+		}
+		if got := [4]int64{recA.gets[herd.ResultHit].Load(), recA.gets[herd.ResultStale].Load(), recA.gets[herd.ResultNegative].Load(), recA.gets[herd.ResultMiss].Load()}; got != [4]int64{0, 0, 2, 1} {
+			t.Errorf("replica a's gets (hit, stale, negative, miss) = %v, want [0 0 2 1]", got)
+		}
+		if n := recB.gets[herd.ResultNegative].Load(); n != 1 {
+			t.Errorf("replica b recorded %d negative gets from the Store, want 1", n)
+		}
+		if recA.loads.Load() != 1 || recA.notFound.Load() != 1 {
+			t.Errorf("recorded %d loads, %d not found; want 1 and 1", recA.loads.Load(), recA.notFound.Load())
+		}
+		st := a.Stats()
+		if st.Hits != 0 || st.NegativeHits != 2 || st.Loads != 1 || st.LoadsNotFound != 1 || st.LoadErrors != 0 {
+			t.Errorf("Stats: Hits %d, NegativeHits %d, Loads %d, LoadsNotFound %d, LoadErrors %d; want 0, 2, 1, 1, 0",
+				st.Hits, st.NegativeHits, st.Loads, st.LoadsNotFound, st.LoadErrors)
+		}
+		if st := b.Stats(); st.NegativeHits != 1 || st.RemoteHits != 0 {
+			t.Errorf("replica b: NegativeHits %d, RemoteHits %d; want 1 and 0", st.NegativeHits, st.RemoteHits)
+		}
+		if _, err := a.Get(bounded(t), "broken", func(context.Context) (int, error) { return 0, errors.New("origin down") }); err == nil {
+			t.Fatal("a failing load gave no error")
+		}
+		if st := a.Stats(); st.LoadErrors != 1 || st.LoadsNotFound != 1 {
+			t.Errorf("after a failed load: LoadErrors %d, LoadsNotFound %d; want 1 and 1", st.LoadErrors, st.LoadsNotFound)
+		}
+	})
+}
+
+// The limiter's refusals reach the Recorder with their reason.
+func TestRecorderShed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		l, err := limiter.New(limiter.Options{Limit: 1, QueueTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := testOptions()
+		o.Limiter, o.Recorder = l, rec
+		c := newCache(t, o)
+		gate := make(chan struct{})
+		go c.Get(context.Background(), "held", func(context.Context) (int, error) { <-gate; return 1, nil })
+		synctest.Wait()
+		if _, err := c.Get(bounded(t), "other", fleetValue(2)); !errors.Is(err, herd.ErrOverloaded) {
+			t.Fatalf("Get = %v, want ErrOverloaded", err)
+		}
+		close(gate)
+		synctest.Wait()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if want := []string{limiter.ReasonQueueTimeout}; !slices.Equal(rec.shed, want) {
+			t.Errorf("RecordShed calls %q, want %q", rec.shed, want)
+		}
+	})
+}
+
+// named is a CacheRecorder that notes the names it is given.
+type named struct {
+	herd.NopRecorder
+	name  string
+	names *[]string
+}
+
+func (n named) ForCache(name string) herd.Recorder {
+	*n.names = append(*n.names, name)
+	return named{name: name, names: n.names}
+}
+
+// New hands a CacheRecorder the cache's name, also through Recorders, and
+// refuses one that gives nil.
+func TestCacheRecorder(t *testing.T) {
+	var names []string
+	for _, name := range []string{"users", ""} {
+		o := testOptions()
+		o.Name, o.Recorder = name, herd.Recorders(named{names: &names})
+		newCache(t, o)
+	}
+	if want := []string{"users", "default"}; !slices.Equal(names, want) {
+		t.Errorf("ForCache was given %q, want %q", names, want)
+	}
+	o := testOptions()
+	o.Recorder = nilRecorder{}
+	if _, err := herd.New(o); err == nil || !strings.Contains(err.Error(), "ForCache") {
+		t.Errorf("New with a ForCache that returns nil = %v, want an error naming ForCache", err)
+	}
+}
+
+type nilRecorder struct{ herd.NopRecorder }
+
+func (nilRecorder) ForCache(string) herd.Recorder { return nil }
 
 func TestRecorder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -40,8 +40,8 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 			c.got(key, ResultStale)
 			c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
 		} else {
-			c.got(key, ResultHit)
-			if !pre.local {
+			c.got(key, e.freshResult())
+			if !pre.local && !e.negative {
 				c.st.remoteHits.add(1)
 			}
 		}
@@ -438,8 +438,13 @@ func (f *fillState[V]) since(held *heldLease) uint64 {
 // candidate (stale-if-error), and any other error goes to the callers.
 func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLease, now int64) (*entry[V], error) {
 	c := f.c
-	c.st.loadErrors.add(1)
-	if errors.Is(err, ErrNotFound) && c.cfg.NegativeTTL > 0 {
+	notFound := errors.Is(err, ErrNotFound)
+	if notFound {
+		c.st.loadsNotFound.add(1)
+	} else {
+		c.st.loadErrors.add(1)
+	}
+	if notFound && c.cfg.NegativeTTL > 0 {
 		exp := addTime(now, c.cfg.NegativeTTL)
 		e := &entry[V]{soft: exp, hard: exp, negative: true}
 		c.store(ctx, f.key, e, held, f.remoteUp, f.gen)

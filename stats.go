@@ -19,9 +19,11 @@ type Stats struct {
 	RemoteWaits int64
 	// Revalidations counts the background reads that replaced a local copy
 	// served past NearTTL or superseded by a notice.
-	Revalidations  int64
-	Misses         int64 // Gets that found no value they could serve at once
-	NegativeHits   int64 // ErrNotFound served from a negative entry
+	Revalidations int64
+	Misses        int64 // Gets that found no value they could serve at once
+	// NegativeHits counts the ErrNotFound answers served from a fresh
+	// negative entry, from either tier; they are not counted in Hits.
+	NegativeHits   int64
 	StaleServed    int64 // stale values served (stale-while-revalidate, lease losers)
 	StaleIfError   int64 // stale values served because a load failed
 	EarlyRefreshes int64 // background refreshes started early by XFetch
@@ -30,9 +32,10 @@ type Stats struct {
 	StaleRefreshes  int64
 	RefreshFailures int64 // background refreshes whose load failed
 
-	Loads      int64 // calls of a load function
-	LoadErrors int64 // loads that returned an error
-	Coalesced  int64 // callers that joined another caller's load
+	Loads         int64 // keys loaded: calls of a load function, each key of a batch counted
+	LoadsNotFound int64 // of those, keys the load had no value for (ErrNotFound)
+	LoadErrors    int64 // of those, keys whose load failed with another error
+	Coalesced     int64 // callers that joined another caller's load
 
 	LeaseAcquired     int64 // leases taken
 	LeaseContended    int64 // acquisitions that found the lease held
@@ -129,6 +132,7 @@ func (c *Cache[V]) Stats() Stats {
 		RefreshFailures:   s.refreshFailures.load(),
 		Loads:             s.loads.load(),
 		LoadErrors:        s.loadErrors.load(),
+		LoadsNotFound:     s.loadsNotFound.load(),
 		Coalesced:         s.coalesced.load(),
 		LeaseAcquired:     s.leaseAcquired.load(),
 		LeaseContended:    s.leaseContended.load(),
@@ -149,7 +153,7 @@ func (c *Cache[V]) Stats() Stats {
 type counters struct {
 	hits, remoteHits, misses, negativeHits, staleServed, staleIfError stripedCounter
 	earlyRefreshes, staleRefreshes, refreshFailures                   stripedCounter
-	loads, loadErrors, coalesced                                      stripedCounter
+	loads, loadErrors, loadsNotFound, coalesced                       stripedCounter
 	leaseAcquired, leaseContended, leaseWaitTimeouts                  stripedCounter
 	leaseExtended, leaseLost, wokenByPush, wokenByPoll                stripedCounter
 	fencedWrites, shed, remoteErrors, decodeErrors, encodeErrors      stripedCounter
@@ -158,16 +162,16 @@ type counters struct {
 
 // got counts how a Get was answered.
 func (c *Cache[V]) got(key string, r GetResult) {
-	if c.recorder != nil {
-		c.recorder.RecordGet(r)
-	}
+	c.recorder.RecordGet(r)
 	switch r {
-	case ResultHit:
+	case ResultHit, ResultNegative:
 		if (c.hot != nil || c.shared != nil) && uint64(c.st.hotSample.add(1))*golden>>(64-hotSampleBits) == 0 {
 			c.hot.Add(key, topk.Counts{Traffic: 1 << hotSampleBits})
 			c.shared.Add(key, topk.Counts{Traffic: 1 << hotSampleBits})
 		}
-		if !c.cfg.DisableStats {
+		if r == ResultNegative {
+			c.st.negativeHits.add(1)
+		} else if !c.cfg.DisableStats {
 			n := c.st.hits.add(1)
 			// One hit in 256 of a stripe, on average, is handed to the hot-key
 			// tracker; the Weyl-sequence test keeps a periodic access pattern
@@ -241,9 +245,7 @@ func (c *Cache[V]) hotKeys() []HotKey {
 // shed counts a load the limiter refused.
 func (c *Cache[V]) shed(reason string, background bool) {
 	c.st.shed.add(1)
-	if c.recorder != nil {
-		c.recorder.RecordShed(reason, background)
-	}
+	c.recorder.RecordShed(reason, background)
 }
 
 // stripedCounter is a counter that goroutines on many cores can add to
@@ -280,9 +282,11 @@ func (s *stripedCounter) load() int64 {
 
 // Name returns Options.Name, or "default" when it is empty: the name to
 // give the cache in metrics and logs.
-func (c *Cache[V]) Name() string {
-	if c.cfg.Name == "" {
+func (c *Cache[V]) Name() string { return c.cfg.name() }
+
+func (cfg *config[V]) name() string {
+	if cfg.Name == "" {
 		return "default"
 	}
-	return c.cfg.Name
+	return cfg.Name
 }

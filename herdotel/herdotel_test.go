@@ -146,9 +146,9 @@ func TestStampedeMetrics(t *testing.T) {
 		s := newSetup()
 		c := newCache(t, &herd.Options[string]{
 			Name: "items", MaxEntries: 10, SoftTTL: time.Hour, HotKeys: 4,
-			Recorder: s.recorder(t, herdotel.Options{Name: "items"}),
+			Recorder: s.recorder(t, herdotel.Options{}),
 		})
-		reg, err := herdotel.RegisterMetrics(s.mp, "items", c)
+		reg, err := herdotel.RegisterMetrics(s.mp, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,10 +169,10 @@ func TestStampedeMetrics(t *testing.T) {
 		}
 		synctest.Wait()
 		ms := s.collect(t)
-		if got := value(t, ms, "herd.load.active", cacheAttr); got != 1 {
+		if got := value(t, ms, "herd.loads_running", cacheAttr); got != 1 {
 			t.Errorf("herd.load.active = %v during the stampede, want 1", got)
 		}
-		if got := value(t, ms, "herd.recompute.concurrency", cacheAttr); got != 1 {
+		if got := value(t, ms, "herd.key.concurrency", cacheAttr); got != 1 {
 			t.Errorf("herd.recompute.concurrency = %v during the stampede, want 1", got)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -189,9 +189,9 @@ func TestStampedeMetrics(t *testing.T) {
 			{"herd.requests", []attribute.KeyValue{attribute.String("herd.result", "hit")}, 0},
 			{"herd.loads", []attribute.KeyValue{ok}, 1},
 			{"herd.coalesced", nil, n - 1},
-			{"herd.recompute.concurrency", nil, 0},
-			{"herd.recompute.concurrency.max", nil, 1},
-			{"herd.load.active", nil, 0},
+			{"herd.key.concurrency", nil, 0},
+			{"herd.key.concurrency_max", nil, 1},
+			{"herd.loads_running", nil, 0},
 			{"herd.hot_key.misses", []attribute.KeyValue{herdotel.KeyKey.String(herd.RedactKey(key))}, n},
 			{"herd.hot_key.loads", []attribute.KeyValue{herdotel.KeyKey.String(herd.RedactKey(key))}, 1},
 		} {
@@ -199,7 +199,7 @@ func TestStampedeMetrics(t *testing.T) {
 				t.Errorf("%s%v = %v, want %v", c.name, c.kv, got, c.want)
 			}
 		}
-		p := histogram(t, ms, "herd.load.duration", cacheAttr, ok, attribute.String("herd.load.kind", "load"))
+		p := histogram(t, ms, "herd.load.duration", cacheAttr, ok, attribute.Bool("herd.background", false))
 		if p.Count != 1 || p.Sum != 0.1 {
 			t.Errorf("herd.load.duration: count %d, sum %v; want 1, 0.1", p.Count, p.Sum)
 		}
@@ -226,9 +226,11 @@ func indexOf(s []float64, v float64) int {
 	return -1
 }
 
-// fake returns a fixed snapshot.
+// fake returns a fixed snapshot, named by its Coalesced count: "" (0), "a"
+// (1) or "b" (2).
 type fake herd.Stats
 
+func (f *fake) Name() string      { return [...]string{"", "a", "b"}[f.Coalesced%3] }
 func (f *fake) Stats() herd.Stats { return herd.Stats(*f) }
 
 // TestEveryField checks that each field of a snapshot whose fields all differ
@@ -238,7 +240,7 @@ func TestEveryField(t *testing.T) {
 	st := &fake{
 		Hits: 1, Misses: 2, NegativeHits: 3, StaleServed: 4, StaleIfError: 5,
 		EarlyRefreshes: 6, StaleRefreshes: 7, RefreshFailures: 8,
-		Loads: 20, LoadErrors: 9, Coalesced: 10,
+		Loads: 66, LoadsNotFound: 46, LoadErrors: 9, Coalesced: 9,
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
@@ -246,14 +248,14 @@ func TestEveryField(t *testing.T) {
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
-			Canceled: 41, MaxInUse: 42,
+			Canceled: 41, MaxInUse: 42, QueueWait: 2500 * time.Millisecond, QueueWaits: 47,
 		}},
 		HotKeys: []herd.HotKey{
-			{Key: "item#0000000a", Traffic: 100, Misses: 40, Loads: 2, Stale: 3},
+			{Key: "item#0000000a", Traffic: 100, Misses: 40, Loads: 2, Stale: 3, Error: 4},
 		},
 		Degraded: true, DegradedTime: 1500 * time.Millisecond, BreakerOpens: 39,
 	}
-	if _, err := herdotel.RegisterMetrics(s.mp, "", st); err != nil {
+	if _, err := herdotel.RegisterMetrics(s.mp, st); err != nil {
 		t.Fatal(err)
 	}
 	ms := s.collect(t)
@@ -272,46 +274,50 @@ func TestEveryField(t *testing.T) {
 		{"herd.remote.waits", cache, 43},
 		{"herd.revalidations", cache, 44},
 		{"herd.stale_if_error", cache, 5},
-		{"herd.refreshes", attribute.String("herd.refresh.kind", "early"), 6},
-		{"herd.refreshes", attribute.String("herd.refresh.kind", "stale"), 7},
-		{"herd.refreshes", attribute.String("herd.refresh.kind", "ahead"), 45},
+		{"herd.refreshes", attribute.String("herd.kind", "early"), 6},
+		{"herd.refreshes", attribute.String("herd.kind", "stale"), 7},
+		{"herd.refreshes", attribute.String("herd.kind", "ahead"), 45},
 		{"herd.refresh.failures", cache, 8},
 		{"herd.loads", attribute.String("herd.outcome", "error"), 9},
 		{"herd.loads", attribute.String("herd.outcome", "ok"), 11},
-		{"herd.coalesced", cache, 10},
-		{"herd.lease.events", attribute.String("herd.lease.event", "acquired"), 11},
-		{"herd.lease.events", attribute.String("herd.lease.event", "contended"), 12},
-		{"herd.lease.events", attribute.String("herd.lease.event", "wait_timeout"), 13},
-		{"herd.lease.events", attribute.String("herd.lease.event", "extended"), 14},
-		{"herd.lease.events", attribute.String("herd.lease.event", "lost"), 15},
-		{"herd.lease.events", attribute.String("herd.lease.event", "fenced_write"), 18},
-		{"herd.lease.wakeups", attribute.String("herd.lease.woken_by", "push"), 16},
-		{"herd.lease.wakeups", attribute.String("herd.lease.woken_by", "poll"), 17},
+		{"herd.loads", attribute.String("herd.outcome", "not_found"), 46},
+		{"herd.limiter.queue.wait", cache, 2.5},
+		{"herd.limiter.queue.waits", cache, 47},
+		{"herd.hot_key.error", hot, 4},
+		{"herd.coalesced", cache, 9},
+		{"herd.lease.events", attribute.String("herd.event", "acquired"), 11},
+		{"herd.lease.events", attribute.String("herd.event", "contended"), 12},
+		{"herd.lease.events", attribute.String("herd.event", "wait_timeout"), 13},
+		{"herd.lease.events", attribute.String("herd.event", "extended"), 14},
+		{"herd.lease.events", attribute.String("herd.event", "lost"), 15},
+		{"herd.lease.events", attribute.String("herd.event", "fenced_write"), 18},
+		{"herd.lease.wakeups", attribute.String("herd.woken_by", "push"), 16},
+		{"herd.lease.wakeups", attribute.String("herd.woken_by", "poll"), 17},
 		{"herd.remote.errors", cache, 21},
 		{"herd.decode.errors", cache, 22},
 		{"herd.encode.errors", cache, 23},
-		{"herd.flight.active", cache, 24},
-		{"herd.load.active", cache, 25},
-		{"herd.recompute.concurrency", cache, 26},
-		{"herd.recompute.concurrency.max", cache, 27},
+		{"herd.in_flight", cache, 24},
+		{"herd.loads_running", cache, 25},
+		{"herd.key.concurrency", cache, 26},
+		{"herd.key.concurrency_max", cache, 27},
 		{"herd.limiter.limit", cache, 28},
 		{"herd.limiter.in_use", cache, 29},
 		{"herd.limiter.waiting", cache, 30},
 		{"herd.limiter.acquired", cache, 31},
 		{"herd.limiter.canceled", cache, 41},
-		{"herd.limiter.in_use.max", cache, 42},
-		{"herd.loads.shed", cache, 19},
-		{"herd.shed", attribute.String("herd.shed.reason", "queue-timeout"), 32},
-		{"herd.shed", attribute.String("herd.shed.reason", "queue-full"), 33},
-		{"herd.shed", attribute.String("herd.shed.reason", "reserve"), 34},
-		{"herd.shed.by_priority", attribute.String("herd.shed.priority", "low"), 35},
-		{"herd.shed.by_priority", attribute.String("herd.shed.priority", "normal"), 36},
-		{"herd.shed.by_priority", attribute.String("herd.shed.priority", "high"), 37},
-		{"herd.shed.by_priority", attribute.String("herd.shed.priority", "background"), 38},
-		{"herd.breaker.open", cache, 1},
+		{"herd.limiter.max_in_use", cache, 42},
+		{"herd.shed", cache, 19},
+		{"herd.limiter.shed", attribute.String("herd.reason", "queue-timeout"), 32},
+		{"herd.limiter.shed", attribute.String("herd.reason", "queue-full"), 33},
+		{"herd.limiter.shed", attribute.String("herd.reason", "reserve"), 34},
+		{"herd.limiter.shed_by_priority", attribute.String("herd.priority", "low"), 35},
+		{"herd.limiter.shed_by_priority", attribute.String("herd.priority", "normal"), 36},
+		{"herd.limiter.shed_by_priority", attribute.String("herd.priority", "high"), 37},
+		{"herd.limiter.shed_by_priority", attribute.String("herd.priority", "background"), 38},
+		{"herd.degraded", cache, 1},
 		{"herd.breaker.opens", cache, 39},
-		{"herd.degraded.time", cache, 1.5},
-		{"herd.hot_key.requests", hot, 100},
+		{"herd.degraded_time", cache, 1.5},
+		{"herd.hot_key.traffic", hot, 100},
 		{"herd.hot_key.misses", hot, 40},
 		{"herd.hot_key.loads", hot, 2},
 		{"herd.hot_key.stale", hot, 3},
@@ -324,8 +330,8 @@ func TestEveryField(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.kv.Value.String(), got, c.want)
 		}
 	}
-	if n := len(ms); n != 34 {
-		t.Errorf("%d instruments observed, want 34", n)
+	if n := len(ms); n != 37 {
+		t.Errorf("%d instruments observed, want 37", n)
 	}
 }
 
@@ -333,11 +339,11 @@ func TestEveryField(t *testing.T) {
 // under its own herd.cache, and unregistering one leaves the other.
 func TestTwoCaches(t *testing.T) {
 	s := newSetup()
-	a, err := herdotel.RegisterMetrics(s.mp, "a", &fake{Coalesced: 1})
+	a, err := herdotel.RegisterMetrics(s.mp, &fake{Coalesced: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := herdotel.RegisterMetrics(s.mp, "b", &fake{Coalesced: 2}); err != nil {
+	if _, err := herdotel.RegisterMetrics(s.mp, &fake{Coalesced: 2}); err != nil {
 		t.Fatal(err)
 	}
 	ms := s.collect(t)
@@ -384,11 +390,12 @@ func TestLeaseWaitSpan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSetup()
 		remote := memory.New()
+		rec := s.recorder(t, herdotel.Options{}) // one Recorder for both caches, named by each
 		replica := func(name string) *herd.Cache[string] {
 			return newCache(t, &herd.Options[string]{
 				Name: name, MaxEntries: 10, SoftTTL: time.Hour,
 				Store: remote, Lease: remote, LeaseTTL: 10 * time.Second, OnLeaseHeld: herd.Wait,
-				Recorder: s.recorder(t, herdotel.Options{Name: name}),
+				Recorder: rec,
 			})
 		}
 		a, b := replica("a"), replica("b")
@@ -456,9 +463,9 @@ func TestLeaseWaitSpan(t *testing.T) {
 		}
 
 		ms := s.collect(t)
-		p := histogram(t, ms, "herd.lease.wait.duration", herdotel.CacheKey.String("b"), attribute.String("herd.lease.outcome", "woken"))
+		p := histogram(t, ms, "herd.lease.wait", herdotel.CacheKey.String("b"), attribute.String("herd.outcome", "woken"))
 		if p.Count != 1 || p.Sum != 0.03 {
-			t.Errorf("herd.lease.wait.duration: count %d, sum %v; want 1, 0.03", p.Count, p.Sum)
+			t.Errorf("herd.lease.wait: count %d, sum %v; want 1, 0.03", p.Count, p.Sum)
 		}
 	})
 }
@@ -483,9 +490,17 @@ func TestLoadErrorSpan(t *testing.T) {
 		t.Errorf("span kind %v, want internal", load.SpanKind())
 	}
 	p := histogram(t, s.collect(t), "herd.load.duration", herdotel.CacheKey.String(herdotel.DefaultName),
-		attribute.String("herd.outcome", "error"), attribute.String("herd.load.kind", "load"))
+		attribute.String("herd.outcome", "error"), attribute.Bool("herd.background", false))
 	if p.Count != 1 {
 		t.Errorf("herd.load.duration{error} count %d, want 1", p.Count)
+	}
+	if _, err := c.Get(t.Context(), "gone", func(context.Context) (string, error) { return "", herd.ErrNotFound }); !errors.Is(err, herd.ErrNotFound) {
+		t.Fatalf("Get = %v, want ErrNotFound", err)
+	}
+	p = histogram(t, s.collect(t), "herd.load.duration", herdotel.CacheKey.String(herdotel.DefaultName),
+		attribute.String("herd.outcome", "not_found"), attribute.Bool("herd.background", false))
+	if p.Count != 1 {
+		t.Errorf("herd.load.duration{not_found} count %d, want 1", p.Count)
 	}
 }
 
@@ -513,7 +528,7 @@ func TestRefreshSpanAndKeyNames(t *testing.T) {
 			t.Errorf("herd.key = %q, want the key in full %q", got, key)
 		}
 		p := histogram(t, s.collect(t), "herd.load.duration", herdotel.CacheKey.String(herdotel.DefaultName),
-			ok, attribute.String("herd.load.kind", "refresh"))
+			ok, attribute.Bool("herd.background", true))
 		if p.Count != 1 {
 			t.Errorf("herd.load.duration{refresh} count %d, want 1", p.Count)
 		}
@@ -521,7 +536,7 @@ func TestRefreshSpanAndKeyNames(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	if _, err := herdotel.RegisterMetrics(newSetup().mp, "c", nil); err == nil || !strings.HasPrefix(err.Error(), "herdotel: ") {
+	if _, err := herdotel.RegisterMetrics(newSetup().mp, nil); err == nil || !strings.HasPrefix(err.Error(), "herdotel: ") {
 		t.Errorf("RegisterMetrics with a nil Source: %v, want a herdotel error", err)
 	}
 	// Nil providers mean the global ones (no-ops unless set).
@@ -533,7 +548,7 @@ func TestBadInput(t *testing.T) {
 	end(errors.New("x"))
 	r.RecordLoad(time.Second, nil, false)
 	r.RecordLease(herd.LeaseWaitTimeout, time.Second)
-	if _, err := herdotel.RegisterMetrics(nil, "c", &fake{}); err != nil {
+	if _, err := herdotel.RegisterMetrics(nil, &fake{}); err != nil {
 		t.Errorf("RegisterMetrics on the global provider: %v", err)
 	}
 }
@@ -561,7 +576,7 @@ func BenchmarkRecordLoad(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			h.Record(ctx, time.Millisecond.Seconds(), metric.WithAttributes(
-				herdotel.CacheKey.String(herdotel.DefaultName), ok, attribute.String("herd.load.kind", "load")))
+				herdotel.CacheKey.String(herdotel.DefaultName), ok, attribute.Bool("herd.background", false)))
 		}
 	})
 }

@@ -2,23 +2,27 @@
 package herdprom
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/internal/metricdef"
 )
 
-// Source is what a Collector reads: any [herd.Cache], whatever its value type.
+// Source is what a Collector reads: any [herd.Cache], whatever its value
+// type. Its Name is the value of the "cache" label.
 type Source interface {
+	Name() string
 	Stats() herd.Stats
 }
 
-// DefaultName is the cache label of a cache added under the empty name, as
-// herd.Options.Name calls a cache without a name.
+// DefaultName is the cache label of a Source whose Name is empty (a
+// herd.Cache never is: it calls itself "default").
 const DefaultName = "default"
 
 // Collector is a prometheus.Collector for herd caches. At every scrape it
@@ -26,6 +30,11 @@ const DefaultName = "default"
 // cache's name (label "cache"). One Collector serves any number of caches:
 // register one per registry (a second is refused as a duplicate) and Add
 // caches to it, before or after registering. It is safe for concurrent use.
+//
+// The metrics are those herdotel exports, under the same names with
+// underscores: herd.requests is herd_requests_total, herd.load.duration is
+// herd_load_duration_seconds. Each reads the Stats field of the same name;
+// the help text of each says what it counts.
 //
 // Every label has a bounded set of values. The only label whose values come
 // from keys is "key" on the herd_hot_key_* metrics: at most Options.HotKeys
@@ -36,11 +45,11 @@ const DefaultName = "default"
 // rate() treats as a counter reset. Two keys whose short hashes collide are
 // exported as one, their counts summed.
 //
-// The herd_shed_total, herd_shed_by_priority_total and herd_limiter_*
-// metrics describe the limiter the cache uses: caches that share a limiter
-// report the same figures, so aggregate them with max, not sum
-// (herd_loads_shed_total is the cache's own share). They are exported only
-// for caches that have a limiter.
+// The herd_limiter_* metrics describe the limiter the cache uses: caches
+// that share a limiter report the same figures, so aggregate them with max,
+// not sum (herd_shed_total is the cache's own share). They, herd_shed_total
+// and herd_queue_wait_seconds are exported only for caches that have a
+// limiter.
 type Collector struct {
 	mu sync.RWMutex
 	// caches maps each cache label to its Source; names are never empty and
@@ -48,30 +57,25 @@ type Collector struct {
 	caches map[string]Source
 }
 
-// NewCollector returns a Collector for caches, keyed by the value of their
-// "cache" label; the empty name stands for [DefaultName]. A nil Source is an
-// error. The map is copied.
-func NewCollector(caches map[string]Source) (*Collector, error) {
-	c := &Collector{caches: make(map[string]Source, len(caches))}
-	names := make([]string, 0, len(caches))
-	for name := range caches {
-		names = append(names, name)
-	}
-	slices.Sort(names) // the same error for the same map
-	for _, name := range names {
-		if err := c.Add(name, caches[name]); err != nil {
+// New returns a Collector for caches, each under its Name; more may be
+// added with [Collector.Add]. A nil Source or two of one name is an error.
+func New(caches ...Source) (*Collector, error) {
+	c := &Collector{}
+	for _, s := range caches {
+		if err := c.Add(s); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// Add makes c export s under the cache label name; the empty name stands for
-// [DefaultName]. A nil s or a name already in use is an error.
-func (c *Collector) Add(name string, s Source) error {
+// Add makes c export s under the cache label s.Name(); the empty name
+// stands for [DefaultName]. A nil s or a name already in use is an error.
+func (c *Collector) Add(s Source) error {
 	if s == nil {
-		return fmt.Errorf("herdprom: cache %q: nil Source", name)
+		return errors.New("herdprom: nil Source")
 	}
+	name := s.Name()
 	if name == "" {
 		name = DefaultName
 	}
@@ -87,124 +91,37 @@ func (c *Collector) Add(name string, s Source) error {
 	return nil
 }
 
-// New returns a Collector for the one cache s under the cache label name;
-// more may be added with [Collector.Add].
-func New(name string, s Source) (*Collector, error) {
-	c := &Collector{}
-	if err := c.Add(name, s); err != nil {
-		return nil, err
+// family is one metric of metricdef.Metrics as Prometheus sees it.
+type family struct {
+	def  *metricdef.Metric
+	desc *prometheus.Desc
+	typ  prometheus.ValueType
+}
+
+var families = func() []family {
+	fs := make([]family, len(metricdef.Metrics))
+	for i := range metricdef.Metrics {
+		m := &metricdef.Metrics[i]
+		labels := []string{metricdef.CacheLabel}
+		if m.Scope == metricdef.PerHotKey {
+			labels = append(labels, metricdef.KeyLabel)
+		}
+		if m.Label != "" {
+			labels = append(labels, m.Label)
+		}
+		typ := prometheus.GaugeValue
+		if m.Kind == metricdef.Counter {
+			typ = prometheus.CounterValue
+		}
+		fs[i] = family{def: m, desc: prometheus.NewDesc(m.PromName(), m.Help, labels, nil), typ: typ}
 	}
-	return c, nil
-}
-
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, append([]string{"cache"}, labels...), nil)
-}
-
-var (
-	requestsDesc = desc("herd_requests_total",
-		"Get calls by how they were answered: hit (a fresh value, from either tier; not counted with DisableStats), "+
-			"miss (waited for the remote tier, a lease holder or a load), "+
-			"stale (stale value served, including misses answered stale, which also count as miss), "+
-			"negative (ErrNotFound served from a negative entry, also counted as hit or miss).",
-		"result")
-	remoteHitsDesc = desc("herd_remote_hits_total",
-		"Fresh values read from the remote tier; also counted in herd_requests_total{result=\"hit\"}.")
-	remoteWaitsDesc = desc("herd_remote_waits_total",
-		"Get calls that waited on a read of the remote tier: no local copy, or one older than twice NearTTL.")
-	revalidationsDesc = desc("herd_revalidations_total",
-		"Background reads of the remote tier that replaced a local copy past NearTTL or superseded by a change notice, while readers were served the copy.")
-	loadsDesc = desc("herd_loads_total",
-		"Calls of a load function (backing-store calls), by outcome.", "outcome")
-	loadDurationDesc = desc("herd_load_duration_seconds",
-		"How long load functions took.")
-	coalescedDesc = desc("herd_coalesced_total",
-		"Callers that joined another caller's load instead of calling their own.")
-	refreshesDesc = desc("herd_refreshes_total",
-		"Background refreshes started: early (a read came after the value's early-refresh instant), stale (a stale value was read) "+
-			"or ahead (refresh-ahead of a pinned or hot key).",
-		"kind")
-	refreshFailuresDesc = desc("herd_refresh_failures_total",
-		"Background refreshes whose load failed; the old value is kept until its hard TTL.")
-	staleIfErrorDesc = desc("herd_stale_if_error_total",
-		"Stale values served because a load failed.")
-	concurrencyDesc = desc("herd_recompute_concurrency",
-		"The most loads of one key running at once in this process now; above 1 only without coalescing.")
-	concurrencyMaxDesc = desc("herd_recompute_concurrency_max",
-		"The most loads of one key ever running at once in this process.")
-	loadsRunningDesc = desc("herd_loads_running",
-		"Loads running now in this process, all keys together.")
-	flightsDesc = desc("herd_flights_running",
-		"Coalesced loads (flights, with their waiting callers) running now.")
-	leaseEventsDesc = desc("herd_lease_events_total",
-		"Cross-replica lease events: acquired (this replica loads), contended (another replica held it), "+
-			"wait_timeout (a waiting loser gave up), lost (expired or moved before release), "+
-			"extended (watchdog extension), fenced_write (a write refused because a newer write or invalidation won).",
-		"event")
-	leaseWakeupsDesc = desc("herd_lease_wakeups_total",
-		"Waiting lease losers that got the holder's value, by what woke them: push (completion notice) or poll (fallback re-read).",
-		"by")
-	leaseWaitDesc = desc("herd_lease_wait_seconds",
-		"How long lease losers waited for the holder's value.")
-	queueWaitDesc = desc("herd_limiter_queue_wait_seconds",
-		"How long this cache's foreground loads waited for a limiter slot, shed ones included.")
-	limiterInUseDesc = desc("herd_limiter_in_use",
-		"Limiter slots held now (the limiter may be shared by several caches).")
-	limiterLimitDesc = desc("herd_limiter_limit",
-		"Limiter slots in all: the cap on concurrent backing-store calls.")
-	limiterWaitingDesc = desc("herd_limiter_waiting",
-		"Loads waiting for a limiter slot now.")
-	limiterAcquiredDesc = desc("herd_limiter_acquired_total",
-		"Limiter slots granted, foreground and background.")
-	limiterCanceledDesc = desc("herd_limiter_canceled_total",
-		"Calls whose context ended while they waited for a limiter slot; not shed.")
-	limiterMaxDesc = desc("herd_limiter_in_use_max",
-		"The most limiter slots ever held at once.")
-	loadsShedDesc = desc("herd_loads_shed_total",
-		"Loads of this cache that the limiter refused; herd_shed_total counts the whole limiter, which caches may share.")
-	shedDesc = desc("herd_shed_total",
-		"Calls the limiter refused, by reason: queue-timeout, queue-full (Low priority, queue too long) or reserve (background, only reserved slots free).",
-		"reason")
-	shedPriorityDesc = desc("herd_shed_by_priority_total",
-		"Calls the limiter refused, by priority of the call: low, normal, high or background.",
-		"priority")
-	remoteErrorsDesc = desc("herd_remote_errors_total",
-		"Failed calls to the remote tier (Store and Lease).")
-	decodeErrorsDesc = desc("herd_decode_errors_total",
-		"Remote values that could not be decoded, served as misses.")
-	encodeErrorsDesc = desc("herd_encode_errors_total",
-		"Values the codec could not encode, served but not cached.")
-	breakerOpenDesc = desc("herd_breaker_open",
-		"1 while the breaker is open and remote calls are skipped, else 0.")
-	breakerOpensDesc = desc("herd_breaker_opens_total",
-		"Times the breaker opened after repeated remote failures.")
-	degradedDesc = desc("herd_degraded_seconds_total",
-		"Total time the breaker has been open, the current spell included.")
-	hotRequestsDesc = desc("herd_hot_key_requests_total",
-		"Estimated requests for each of the keys with the most traffic (hits sampled, may overcount); at most Options.HotKeys keys per cache.",
-		"key")
-	hotMissesDesc = desc("herd_hot_key_misses_total",
-		"Misses of each hot key since it was first tracked.", "key")
-	hotLoadsDesc = desc("herd_hot_key_loads_total",
-		"Loads of each hot key since it was first tracked.", "key")
-	hotStaleDesc = desc("herd_hot_key_stale_total",
-		"Stale values served for each hot key since it was first tracked.", "key")
-)
-
-var allDescs = []*prometheus.Desc{
-	requestsDesc, remoteHitsDesc, remoteWaitsDesc, revalidationsDesc, loadsDesc, loadDurationDesc, coalescedDesc, refreshesDesc,
-	refreshFailuresDesc, staleIfErrorDesc, concurrencyDesc, concurrencyMaxDesc,
-	loadsRunningDesc, flightsDesc, leaseEventsDesc, leaseWakeupsDesc, leaseWaitDesc,
-	queueWaitDesc, limiterInUseDesc, limiterLimitDesc, limiterWaitingDesc,
-	limiterAcquiredDesc, limiterCanceledDesc, limiterMaxDesc, loadsShedDesc, shedDesc, shedPriorityDesc, remoteErrorsDesc,
-	decodeErrorsDesc, encodeErrorsDesc, breakerOpenDesc, breakerOpensDesc,
-	degradedDesc, hotRequestsDesc, hotMissesDesc, hotLoadsDesc, hotStaleDesc,
-}
+	return fs
+}()
 
 // Describe sends the descriptors of every metric c may export.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range allDescs {
-		ch <- d
+	for _, f := range families {
+		ch <- f.desc
 	}
 }
 
@@ -224,79 +141,37 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func collect(ch chan<- prometheus.Metric, name string, st herd.Stats) {
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{name}, labels...)...)
+	stats := reflect.ValueOf(st)
+	for _, f := range families {
+		switch f.def.Scope {
+		case metricdef.WithLimiter:
+			if st.Limiter.Limit <= 0 {
+				continue
+			}
+		case metricdef.PerHotKey:
+			for _, k := range st.HotKeys {
+				send(ch, f, reflect.ValueOf(k), name, k.Key)
+			}
+			continue
+		}
+		if f.def.Kind == metricdef.Histogram {
+			ch <- histogram(f.desc, f.def.Series[0].Histogram(stats), name)
+			continue
+		}
+		send(ch, f, stats, name)
 	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name)
-	}
-	count := func(d *prometheus.Desc, n int64, labels ...string) { counter(d, float64(n), labels...) }
+}
 
-	count(requestsDesc, st.Hits, "hit")
-	count(requestsDesc, st.Misses, "miss")
-	count(requestsDesc, st.StaleServed, "stale")
-	count(requestsDesc, st.NegativeHits, "negative")
-	count(remoteHitsDesc, st.RemoteHits)
-	count(remoteWaitsDesc, st.RemoteWaits)
-	count(revalidationsDesc, st.Revalidations)
-	count(loadsDesc, st.Loads-st.LoadErrors, "ok")
-	count(loadsDesc, st.LoadErrors, "error")
-	ch <- histogram(loadDurationDesc, st.LoadDuration, name)
-	count(coalescedDesc, st.Coalesced)
-	count(refreshesDesc, st.EarlyRefreshes, "early")
-	count(refreshesDesc, st.StaleRefreshes, "stale")
-	count(refreshesDesc, st.AheadRefreshes, "ahead")
-	count(refreshFailuresDesc, st.RefreshFailures)
-	count(staleIfErrorDesc, st.StaleIfError)
-	gauge(concurrencyDesc, float64(st.KeyConcurrency))
-	gauge(concurrencyMaxDesc, float64(st.KeyConcurrencyMax))
-	gauge(loadsRunningDesc, float64(st.LoadsRunning))
-	gauge(flightsDesc, float64(st.InFlight))
-
-	count(leaseEventsDesc, st.LeaseAcquired, "acquired")
-	count(leaseEventsDesc, st.LeaseContended, "contended")
-	count(leaseEventsDesc, st.LeaseWaitTimeouts, "wait_timeout")
-	count(leaseEventsDesc, st.LeaseLost, "lost")
-	count(leaseEventsDesc, st.LeaseExtended, "extended")
-	count(leaseEventsDesc, st.FencedWrites, "fenced_write")
-	count(leaseWakeupsDesc, st.WokenByPush, "push")
-	count(leaseWakeupsDesc, st.WokenByPoll, "poll")
-	ch <- histogram(leaseWaitDesc, st.LeaseWait, name)
-
-	if l := st.Limiter; l.Limit > 0 {
-		ch <- histogram(queueWaitDesc, st.QueueWait, name)
-		gauge(limiterInUseDesc, float64(l.InUse))
-		gauge(limiterLimitDesc, float64(l.Limit))
-		gauge(limiterWaitingDesc, float64(l.Waiting))
-		counter(limiterAcquiredDesc, float64(l.Acquired))
-		counter(limiterCanceledDesc, float64(l.Canceled))
-		gauge(limiterMaxDesc, float64(l.MaxInUse))
-		count(loadsShedDesc, st.Shed)
-		counter(shedDesc, float64(l.ShedQueueTimeout), limiter.ReasonQueueTimeout)
-		counter(shedDesc, float64(l.ShedQueueFull), limiter.ReasonQueueFull)
-		counter(shedDesc, float64(l.ShedReserve), limiter.ReasonReserve)
-		counter(shedPriorityDesc, float64(l.ShedLow), "low")
-		counter(shedPriorityDesc, float64(l.ShedNormal), "normal")
-		counter(shedPriorityDesc, float64(l.ShedHigh), "high")
-		counter(shedPriorityDesc, float64(l.ShedBackground), "background")
-	}
-
-	count(remoteErrorsDesc, st.RemoteErrors)
-	count(decodeErrorsDesc, st.DecodeErrors)
-	count(encodeErrorsDesc, st.EncodeErrors)
-	open := 0.0
-	if st.Degraded {
-		open = 1
-	}
-	gauge(breakerOpenDesc, open)
-	count(breakerOpensDesc, st.BreakerOpens)
-	counter(degradedDesc, st.DegradedTime.Seconds())
-
-	for _, k := range st.HotKeys {
-		counter(hotRequestsDesc, float64(k.Traffic), k.Key)
-		counter(hotMissesDesc, float64(k.Misses), k.Key)
-		counter(hotLoadsDesc, float64(k.Loads), k.Key)
-		counter(hotStaleDesc, float64(k.Stale), k.Key)
+// send sends each series of f read from v, labelled with labels and the
+// series' own label value.
+func send(ch chan<- prometheus.Metric, f family, v reflect.Value, labels ...string) {
+	for i := range f.def.Series {
+		s := &f.def.Series[i]
+		ls := labels
+		if f.def.Label != "" {
+			ls = append(slices.Clip(labels), s.Value)
+		}
+		ch <- prometheus.MustNewConstMetric(f.desc, f.typ, s.Float64(v), ls...)
 	}
 }
 

@@ -82,10 +82,10 @@ var descRE = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:
 // help returns the help text of the family name.
 func help(t *testing.T, name string) string {
 	t.Helper()
-	for _, d := range allDescs {
-		m := descRE.FindStringSubmatch(d.String())
+	for _, f := range families {
+		m := descRE.FindStringSubmatch(f.desc.String())
 		if m == nil {
-			t.Fatalf("cannot parse %v", d)
+			t.Fatalf("cannot parse %v", f.desc)
 		}
 		if n, _ := strconv.Unquote(m[1]); n == name {
 			h, _ := strconv.Unquote(m[2])
@@ -124,7 +124,7 @@ func TestStampede(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		on := newCache(t, &herd.Options[string]{Name: "on", MaxEntries: 100, SoftTTL: time.Hour, HotKeys: 4})
 		off := newCache(t, &herd.Options[string]{Name: "off", MaxEntries: 100, SoftTTL: time.Hour, HotKeys: 4, DisableCoalescing: true})
-		col, err := NewCollector(map[string]Source{"on": on, "off": off})
+		col, err := New(on, off)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,19 +142,19 @@ func TestStampede(t *testing.T) {
 		releaseOn := stampede(t, on, b, n)
 		releaseOff := stampede(t, off, b, n)
 		compare(t, col, `
-			# TYPE herd_recompute_concurrency gauge
-			herd_recompute_concurrency{cache="off"} 1000
-			herd_recompute_concurrency{cache="on"} 1
-			# TYPE herd_recompute_concurrency_max gauge
-			herd_recompute_concurrency_max{cache="off"} 1000
-			herd_recompute_concurrency_max{cache="on"} 1
+			# TYPE herd_key_concurrency gauge
+			herd_key_concurrency{cache="off"} 1000
+			herd_key_concurrency{cache="on"} 1
+			# TYPE herd_key_concurrency_max gauge
+			herd_key_concurrency_max{cache="off"} 1000
+			herd_key_concurrency_max{cache="on"} 1
 			# TYPE herd_loads_running gauge
 			herd_loads_running{cache="off"} 1000
 			herd_loads_running{cache="on"} 1
-			# TYPE herd_flights_running gauge
-			herd_flights_running{cache="off"} 0
-			herd_flights_running{cache="on"} 1
-			`, "herd_recompute_concurrency", "herd_recompute_concurrency_max", "herd_loads_running", "herd_flights_running")
+			# TYPE herd_in_flight gauge
+			herd_in_flight{cache="off"} 0
+			herd_in_flight{cache="on"} 1
+			`, "herd_key_concurrency", "herd_key_concurrency_max", "herd_loads_running", "herd_in_flight")
 
 		releaseOn(100 * time.Millisecond)
 		releaseOff(0) // the same instant: these loads also took 100ms
@@ -170,29 +170,31 @@ func TestStampede(t *testing.T) {
 			herd_requests_total{cache="on",result="stale"} 0
 			# TYPE herd_loads_total counter
 			herd_loads_total{cache="off",outcome="error"} 0
+			herd_loads_total{cache="off",outcome="not_found"} 0
 			herd_loads_total{cache="off",outcome="ok"} 1000
 			herd_loads_total{cache="on",outcome="error"} 0
+			herd_loads_total{cache="on",outcome="not_found"} 0
 			herd_loads_total{cache="on",outcome="ok"} 2
 			# TYPE herd_coalesced_total counter
 			herd_coalesced_total{cache="off"} 0
 			herd_coalesced_total{cache="on"} 999
-			# TYPE herd_recompute_concurrency gauge
-			herd_recompute_concurrency{cache="off"} 0
-			herd_recompute_concurrency{cache="on"} 0
-			# TYPE herd_recompute_concurrency_max gauge
-			herd_recompute_concurrency_max{cache="off"} 1000
-			herd_recompute_concurrency_max{cache="on"} 1
+			# TYPE herd_key_concurrency gauge
+			herd_key_concurrency{cache="off"} 0
+			herd_key_concurrency{cache="on"} 0
+			# TYPE herd_key_concurrency_max gauge
+			herd_key_concurrency_max{cache="off"} 1000
+			herd_key_concurrency_max{cache="on"} 1
 			# TYPE herd_loads_running gauge
 			herd_loads_running{cache="off"} 0
 			herd_loads_running{cache="on"} 0
-			# TYPE herd_breaker_open gauge
-			herd_breaker_open{cache="off"} 0
-			herd_breaker_open{cache="on"} 0
+			# TYPE herd_degraded gauge
+			herd_degraded{cache="off"} 0
+			herd_degraded{cache="on"} 0
 			# TYPE herd_load_duration_seconds histogram
 			`+loadBuckets("off", 0, n)+loadBuckets("on", 1, 1),
 			"herd_requests_total", "herd_loads_total", "herd_coalesced_total",
-			"herd_recompute_concurrency", "herd_recompute_concurrency_max",
-			"herd_loads_running", "herd_breaker_open", "herd_load_duration_seconds")
+			"herd_key_concurrency", "herd_key_concurrency_max",
+			"herd_loads_running", "herd_degraded", "herd_load_duration_seconds")
 
 		// Hot keys: misses, loads and stale serves are exact here (two keys,
 		// far fewer than the tracked slots); requests include sampled hits.
@@ -212,8 +214,8 @@ func TestStampede(t *testing.T) {
 			herd_hot_key_stale_total{cache="on",key=%[2]q} 0
 			`, ra, rb),
 			"herd_hot_key_misses_total", "herd_hot_key_loads_total", "herd_hot_key_stale_total")
-		if n := testutil.CollectAndCount(col, "herd_hot_key_requests_total"); n != 3 {
-			t.Errorf("%d herd_hot_key_requests_total series, want 3", n)
+		if n := testutil.CollectAndCount(col, "herd_hot_key_traffic_total"); n != 3 {
+			t.Errorf("%d herd_hot_key_traffic_total series, want 3", n)
 		}
 	})
 }
@@ -227,7 +229,7 @@ func TestLimiter(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := newCache(t, &herd.Options[string]{MaxEntries: 10, SoftTTL: time.Hour, Limiter: l})
-		col, err := New("", c)
+		col, err := New(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,43 +246,43 @@ func TestLimiter(t *testing.T) {
 			herd_limiter_waiting{cache="default"} 0
 			# TYPE herd_limiter_acquired_total counter
 			herd_limiter_acquired_total{cache="default"} 1
-			# TYPE herd_limiter_in_use_max gauge
-			herd_limiter_in_use_max{cache="default"} 1
-			# TYPE herd_loads_shed_total counter
-			herd_loads_shed_total{cache="default"} 1
+			# TYPE herd_limiter_max_in_use gauge
+			herd_limiter_max_in_use{cache="default"} 1
 			# TYPE herd_shed_total counter
-			herd_shed_total{cache="default",reason="queue-full"} 0
-			herd_shed_total{cache="default",reason="queue-timeout"} 1
-			herd_shed_total{cache="default",reason="reserve"} 0
-			# TYPE herd_shed_by_priority_total counter
-			herd_shed_by_priority_total{cache="default",priority="background"} 0
-			herd_shed_by_priority_total{cache="default",priority="high"} 0
-			herd_shed_by_priority_total{cache="default",priority="low"} 0
-			herd_shed_by_priority_total{cache="default",priority="normal"} 1
-			# TYPE herd_limiter_queue_wait_seconds histogram
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.0001"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.00025"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.0005"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.001"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.0025"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.005"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.01"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.025"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.05"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.1"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.25"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="0.5"} 1
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="1"} 2
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="2.5"} 2
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="5"} 2
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="10"} 2
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="30"} 2
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="60"} 2
-			herd_limiter_queue_wait_seconds_bucket{cache="default",le="+Inf"} 2
-			herd_limiter_queue_wait_seconds_sum{cache="default"} 1
-			herd_limiter_queue_wait_seconds_count{cache="default"} 2
+			herd_shed_total{cache="default"} 1
+			# TYPE herd_limiter_shed_total counter
+			herd_limiter_shed_total{cache="default",reason="queue-full"} 0
+			herd_limiter_shed_total{cache="default",reason="queue-timeout"} 1
+			herd_limiter_shed_total{cache="default",reason="reserve"} 0
+			# TYPE herd_limiter_shed_by_priority_total counter
+			herd_limiter_shed_by_priority_total{cache="default",priority="background"} 0
+			herd_limiter_shed_by_priority_total{cache="default",priority="high"} 0
+			herd_limiter_shed_by_priority_total{cache="default",priority="low"} 0
+			herd_limiter_shed_by_priority_total{cache="default",priority="normal"} 1
+			# TYPE herd_queue_wait_seconds histogram
+			herd_queue_wait_seconds_bucket{cache="default",le="0.0001"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.00025"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.0005"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.001"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.0025"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.005"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.01"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.025"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.05"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.1"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.25"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="0.5"} 1
+			herd_queue_wait_seconds_bucket{cache="default",le="1"} 2
+			herd_queue_wait_seconds_bucket{cache="default",le="2.5"} 2
+			herd_queue_wait_seconds_bucket{cache="default",le="5"} 2
+			herd_queue_wait_seconds_bucket{cache="default",le="10"} 2
+			herd_queue_wait_seconds_bucket{cache="default",le="30"} 2
+			herd_queue_wait_seconds_bucket{cache="default",le="60"} 2
+			herd_queue_wait_seconds_bucket{cache="default",le="+Inf"} 2
+			herd_queue_wait_seconds_sum{cache="default"} 1
+			herd_queue_wait_seconds_count{cache="default"} 2
 			`, "herd_limiter_in_use", "herd_limiter_limit", "herd_limiter_waiting", "herd_limiter_acquired_total",
-			"herd_limiter_in_use_max", "herd_loads_shed_total", "herd_shed_total", "herd_shed_by_priority_total", "herd_limiter_queue_wait_seconds")
+			"herd_limiter_max_in_use", "herd_shed_total", "herd_limiter_shed_total", "herd_limiter_shed_by_priority_total", "herd_queue_wait_seconds")
 		release(0)
 	})
 }
@@ -289,11 +291,11 @@ func TestLimiter(t *testing.T) {
 // exports no limiter metrics rather than a limit of zero.
 func TestNoLimiterNoLimiterMetrics(t *testing.T) {
 	c := newCache(t, &herd.Options[string]{MaxEntries: 10, SoftTTL: time.Hour})
-	col, err := New("c", c)
+	col, err := New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"herd_limiter_limit", "herd_shed_total", "herd_limiter_queue_wait_seconds"} {
+	for _, name := range []string{"herd_limiter_limit", "herd_limiter_shed_total", "herd_queue_wait_seconds"} {
 		if n := testutil.CollectAndCount(col, name); n != 0 {
 			t.Errorf("%d %s series without a limiter, want 0", n, name)
 		}
@@ -309,10 +311,19 @@ func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
 
-// fakeSource returns a fixed snapshot.
+// fakeSource returns a fixed snapshot under the name c.
 type fakeSource herd.Stats
 
+func (f *fakeSource) Name() string      { return "c" }
 func (f *fakeSource) Stats() herd.Stats { return herd.Stats(*f) }
+
+// named is a Source under another name.
+type named struct {
+	*fakeSource
+	name string
+}
+
+func (n named) Name() string { return n.name }
 
 // fullStats gives every field its own value, so a field exported under the
 // wrong name shows.
@@ -327,7 +338,7 @@ func fullStats() *fakeSource {
 	return &fakeSource{
 		Hits: 1, Misses: 2, NegativeHits: 3, StaleServed: 4, StaleIfError: 5,
 		EarlyRefreshes: 6, StaleRefreshes: 7, RefreshFailures: 8,
-		Loads: 20, LoadErrors: 9, Coalesced: 10,
+		Loads: 66, LoadsNotFound: 46, LoadErrors: 9, Coalesced: 10,
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
@@ -335,11 +346,11 @@ func fullStats() *fakeSource {
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
-			Canceled: 41, MaxInUse: 42,
+			Canceled: 41, MaxInUse: 42, QueueWait: 2500 * time.Millisecond, QueueWaits: 47,
 		}},
 		HotKeys: []herd.HotKey{
-			{Key: "item#0000000a", Traffic: 100, Misses: 40, Loads: 2, Stale: 3},
-			{Key: "user#0000000b", Traffic: 50, Misses: 5, Loads: 1, Stale: 0},
+			{Key: "item#0000000a", Traffic: 100, Misses: 40, Loads: 2, Stale: 3, Error: 4},
+			{Key: "user#0000000b", Traffic: 50, Misses: 5, Loads: 1, Stale: 0, Error: 0},
 		},
 		LoadDuration: h(10 * time.Second),
 		LeaseWait:    h(20 * time.Second),
@@ -352,7 +363,7 @@ func fullStats() *fakeSource {
 // differ, through a pedantic registry (which checks Collect against
 // Describe).
 func TestEveryField(t *testing.T) {
-	col, err := New("c", fullStats())
+	col, err := New(fullStats())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,6 +391,7 @@ func TestEveryField(t *testing.T) {
 		herd_refresh_failures_total{cache="c"} 8
 		# TYPE herd_loads_total counter
 		herd_loads_total{cache="c",outcome="error"} 9
+		herd_loads_total{cache="c",outcome="not_found"} 46
 		herd_loads_total{cache="c",outcome="ok"} 11
 		# TYPE herd_coalesced_total counter
 		herd_coalesced_total{cache="c"} 10
@@ -391,22 +403,22 @@ func TestEveryField(t *testing.T) {
 		herd_lease_events_total{cache="c",event="lost"} 15
 		herd_lease_events_total{cache="c",event="wait_timeout"} 13
 		# TYPE herd_lease_wakeups_total counter
-		herd_lease_wakeups_total{by="poll",cache="c"} 17
-		herd_lease_wakeups_total{by="push",cache="c"} 16
+		herd_lease_wakeups_total{cache="c",woken_by="poll"} 17
+		herd_lease_wakeups_total{cache="c",woken_by="push"} 16
 		# TYPE herd_remote_errors_total counter
 		herd_remote_errors_total{cache="c"} 21
 		# TYPE herd_decode_errors_total counter
 		herd_decode_errors_total{cache="c"} 22
 		# TYPE herd_encode_errors_total counter
 		herd_encode_errors_total{cache="c"} 23
-		# TYPE herd_flights_running gauge
-		herd_flights_running{cache="c"} 24
+		# TYPE herd_in_flight gauge
+		herd_in_flight{cache="c"} 24
 		# TYPE herd_loads_running gauge
 		herd_loads_running{cache="c"} 25
-		# TYPE herd_recompute_concurrency gauge
-		herd_recompute_concurrency{cache="c"} 26
-		# TYPE herd_recompute_concurrency_max gauge
-		herd_recompute_concurrency_max{cache="c"} 27
+		# TYPE herd_key_concurrency gauge
+		herd_key_concurrency{cache="c"} 26
+		# TYPE herd_key_concurrency_max gauge
+		herd_key_concurrency_max{cache="c"} 27
 		# TYPE herd_limiter_limit gauge
 		herd_limiter_limit{cache="c"} 28
 		# TYPE herd_limiter_in_use gauge
@@ -417,28 +429,35 @@ func TestEveryField(t *testing.T) {
 		herd_limiter_acquired_total{cache="c"} 31
 		# TYPE herd_limiter_canceled_total counter
 		herd_limiter_canceled_total{cache="c"} 41
-		# TYPE herd_limiter_in_use_max gauge
-		herd_limiter_in_use_max{cache="c"} 42
-		# TYPE herd_loads_shed_total counter
-		herd_loads_shed_total{cache="c"} 19
+		# TYPE herd_limiter_max_in_use gauge
+		herd_limiter_max_in_use{cache="c"} 42
+		# TYPE herd_limiter_queue_wait_seconds_total counter
+		herd_limiter_queue_wait_seconds_total{cache="c"} 2.5
+		# TYPE herd_limiter_queue_waits_total counter
+		herd_limiter_queue_waits_total{cache="c"} 47
 		# TYPE herd_shed_total counter
-		herd_shed_total{cache="c",reason="queue-full"} 33
-		herd_shed_total{cache="c",reason="queue-timeout"} 32
-		herd_shed_total{cache="c",reason="reserve"} 34
-		# TYPE herd_shed_by_priority_total counter
-		herd_shed_by_priority_total{cache="c",priority="background"} 38
-		herd_shed_by_priority_total{cache="c",priority="high"} 37
-		herd_shed_by_priority_total{cache="c",priority="low"} 35
-		herd_shed_by_priority_total{cache="c",priority="normal"} 36
-		# TYPE herd_breaker_open gauge
-		herd_breaker_open{cache="c"} 1
+		herd_shed_total{cache="c"} 19
+		# TYPE herd_limiter_shed_total counter
+		herd_limiter_shed_total{cache="c",reason="queue-full"} 33
+		herd_limiter_shed_total{cache="c",reason="queue-timeout"} 32
+		herd_limiter_shed_total{cache="c",reason="reserve"} 34
+		# TYPE herd_limiter_shed_by_priority_total counter
+		herd_limiter_shed_by_priority_total{cache="c",priority="background"} 38
+		herd_limiter_shed_by_priority_total{cache="c",priority="high"} 37
+		herd_limiter_shed_by_priority_total{cache="c",priority="low"} 35
+		herd_limiter_shed_by_priority_total{cache="c",priority="normal"} 36
+		# TYPE herd_degraded gauge
+		herd_degraded{cache="c"} 1
 		# TYPE herd_breaker_opens_total counter
 		herd_breaker_opens_total{cache="c"} 39
-		# TYPE herd_degraded_seconds_total counter
-		herd_degraded_seconds_total{cache="c"} 1.5
-		# TYPE herd_hot_key_requests_total counter
-		herd_hot_key_requests_total{cache="c",key="item#0000000a"} 100
-		herd_hot_key_requests_total{cache="c",key="user#0000000b"} 50
+		# TYPE herd_degraded_time_seconds_total counter
+		herd_degraded_time_seconds_total{cache="c"} 1.5
+		# TYPE herd_hot_key_traffic_total counter
+		herd_hot_key_traffic_total{cache="c",key="item#0000000a"} 100
+		herd_hot_key_traffic_total{cache="c",key="user#0000000b"} 50
+		# TYPE herd_hot_key_error gauge
+		herd_hot_key_error{cache="c",key="item#0000000a"} 4
+		herd_hot_key_error{cache="c",key="user#0000000b"} 0
 		# TYPE herd_hot_key_misses_total counter
 		herd_hot_key_misses_total{cache="c",key="item#0000000a"} 40
 		herd_hot_key_misses_total{cache="c",key="user#0000000b"} 5
@@ -452,7 +471,7 @@ func TestEveryField(t *testing.T) {
 	for _, h := range []struct {
 		name string
 		sum  int
-	}{{"herd_load_duration_seconds", 10}, {"herd_lease_wait_seconds", 20}, {"herd_limiter_queue_wait_seconds", 30}} {
+	}{{"herd_load_duration_seconds", 10}, {"herd_lease_wait_seconds", 20}, {"herd_queue_wait_seconds", 30}} {
 		want += fmt.Sprintf(`
 		# TYPE %[1]s histogram
 		%[1]s_bucket{cache="c",le="0.001"} 1
@@ -465,14 +484,14 @@ func TestEveryField(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(withHelp(t, want))); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 58 {
-		t.Errorf("GatherAndCount = %d, %v; want 58 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 63 {
+		t.Errorf("GatherAndCount = %d, %v; want 63 series", n, err)
 	}
 }
 
 // TestLint runs promlint over every metric the Collector exports.
 func TestLint(t *testing.T) {
-	col, err := New("c", fullStats())
+	col, err := New(fullStats())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,8 +502,8 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(col); n != 58 {
-		t.Errorf("%d series linted, want 58", n)
+	if n := testutil.CollectAndCount(col); n != 63 {
+		t.Errorf("%d series linted, want 63", n)
 	}
 }
 
@@ -492,19 +511,19 @@ func TestLint(t *testing.T) {
 // Collector, caches added after registration included, and that a second
 // Collector is refused by the registry.
 func TestRegisterMany(t *testing.T) {
-	col, err := NewCollector(map[string]Source{"a": fullStats(), "b": fullStats()})
+	col, err := New(named{fullStats(), "a"}, named{fullStats(), "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)
-	if err := col.Add("c", fullStats()); err != nil {
+	if err := col.Add(fullStats()); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := testutil.GatherAndCount(reg, "herd_requests_total"); err != nil || n != 12 {
 		t.Errorf("GatherAndCount = %d, %v; want 12 (3 caches × 4 results)", n, err)
 	}
-	other, err := New("d", fullStats())
+	other, err := New(named{fullStats(), "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,24 +533,27 @@ func TestRegisterMany(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	if _, err := New("a", nil); err == nil || !strings.HasPrefix(err.Error(), "herdprom: ") {
+	if _, err := New(nil); err == nil || !strings.HasPrefix(err.Error(), "herdprom: ") {
 		t.Errorf("New with a nil Source: %v, want a herdprom error", err)
 	}
-	if _, err := NewCollector(map[string]Source{"a": fullStats(), "b": nil}); err == nil {
-		t.Error("NewCollector with a nil Source: no error")
+	if _, err := New(fullStats(), nil); err == nil {
+		t.Error("New with a nil Source among others: no error")
 	}
-	col, err := New("", fullStats())
+	if _, err := New(fullStats(), named{fullStats(), "c"}); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("New with two caches named c: %v, want an error", err)
+	}
+	col, err := New(named{fullStats(), ""})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := col.Add(DefaultName, fullStats()); err == nil || !strings.Contains(err.Error(), "twice") {
+	if err := col.Add(named{fullStats(), DefaultName}); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Errorf("Add of a name in use (the empty name is %q): %v", DefaultName, err)
 	}
-	if err := col.Add("other", fullStats()); err != nil {
+	if err := col.Add(fullStats()); err != nil {
 		t.Errorf("Add: %v", err)
 	}
 	var zero Collector
-	if err := zero.Add("z", fullStats()); err != nil {
+	if err := zero.Add(fullStats()); err != nil {
 		t.Errorf("Add to a zero Collector: %v", err)
 	}
 	if n := testutil.CollectAndCount(&zero, "herd_coalesced_total"); n != 1 {
@@ -551,7 +573,7 @@ func TestBadHistogram(t *testing.T) {
 	} {
 		s := fullStats()
 		s.LoadDuration = h
-		col, err := New("c", s)
+		col, err := New(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -563,7 +585,7 @@ func TestBadHistogram(t *testing.T) {
 	}
 	s := fullStats()
 	s.LoadDuration = herd.Histogram{}
-	col, err := New("c", s)
+	col, err := New(s)
 	if err != nil {
 		t.Fatal(err)
 	}

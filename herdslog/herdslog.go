@@ -31,24 +31,30 @@ type Options struct {
 	KeyNames bool
 }
 
-// Recorder is a herd.Recorder and herd.EventRecorder, to be set as
-// herd.Options.Recorder. Its herd.Recorder methods do nothing; it logs the
-// events the cache reports:
+// Recorder is a herd.Recorder, herd.EventRecorder and herd.CacheRecorder, to
+// be set as herd.Options.Recorder. It logs what an operator must hear of:
 //
 //   - herd.EventLeaseLost at Warn: a lease expired before its holder
 //     released it, so the holder's write will be fenced.
 //   - herd.EventRefreshFailed at Warn, with the error.
 //   - herd.EventBreakerOpened at Warn and herd.EventBreakerClosed at Info.
+//   - each load the limiter refused (RecordShed) at Warn, kind "shed", with
+//     the limiter's reason and whether it was a background refresh: the
+//     backing store is at its cap.
+//
+// RecordGet, RecordLoad and RecordLease do nothing: a lost lease is logged
+// from its event, and counts are for metrics (herdprom, herdotel).
 //
 // During an incident one event can happen thousands of times a second, so
-// each kind of event has its own token bucket: at most Burst lines at once,
+// each kind of line has its own token bucket: at most Burst lines at once,
 // then one more every Interval/Burst. When lines were dropped, the next line
-// logged for that kind carries suppressed=<number dropped>. Events below the
+// logged for that kind carries suppressed=<number dropped>. Lines below the
 // logger's level are neither logged nor counted.
 //
-// Every line has a message, kind and, for key events, key: the key's
-// namespace and a short hash ([herd.RedactKey]) unless Options.KeyNames is
-// set. Add the cache's name with Logger.With. It is safe for concurrent use.
+// Every line has a message, kind, cache (the cache's Name, which herd.New
+// hands the Recorder; each cache so gets its own buckets) and, for key
+// events, key: the key's namespace and a short hash ([herd.RedactKey])
+// unless Options.KeyNames is set. It is safe for concurrent use.
 type Recorder struct {
 	log      *slog.Logger
 	keyNames bool
@@ -56,8 +62,9 @@ type Recorder struct {
 	perToken time.Duration // Interval/Burst: the time one token takes to come back
 
 	mu sync.Mutex
-	// buckets holds the state of each kind of event seen; guarded by mu.
-	buckets map[herd.EventKind]*bucket
+	// buckets holds the state of each kind of line logged, by kind; guarded
+	// by mu.
+	buckets map[string]*bucket
 }
 
 // bucket is a token bucket with a count of the lines it refused.
@@ -70,6 +77,7 @@ type bucket struct {
 var (
 	_ herd.Recorder      = (*Recorder)(nil)
 	_ herd.EventRecorder = (*Recorder)(nil)
+	_ herd.CacheRecorder = (*Recorder)(nil)
 )
 
 // New returns a Recorder that logs to l; a nil l means slog.Default().
@@ -95,8 +103,20 @@ func New(l *slog.Logger, o Options) (*Recorder, error) {
 		keyNames: o.KeyNames,
 		burst:    float64(o.Burst),
 		perToken: max(o.Interval/time.Duration(o.Burst), 1),
-		buckets:  map[herd.EventKind]*bucket{},
+		buckets:  map[string]*bucket{},
 	}, nil
+}
+
+// ForCache returns a Recorder that logs as r does, with cache=name on every
+// line and buckets of its own; herd.New calls it with the cache's Name.
+func (r *Recorder) ForCache(name string) herd.Recorder {
+	return &Recorder{
+		log:      r.log.With(slog.String("cache", name)),
+		keyNames: r.keyNames,
+		burst:    r.burst,
+		perToken: r.perToken,
+		buckets:  map[string]*bucket{},
+	}
 }
 
 // RecordGet does nothing.
@@ -108,11 +128,14 @@ func (r *Recorder) RecordLoad(time.Duration, error, bool) {}
 // RecordLease does nothing: a lost lease is logged from its event.
 func (r *Recorder) RecordLease(herd.LeaseEvent, time.Duration) {}
 
-// RecordShed does nothing.
-func (r *Recorder) RecordShed(string, bool) {}
-
-// RecordBreaker does nothing: breaker changes are logged from their events.
-func (r *Recorder) RecordBreaker(bool) {}
+// RecordShed logs the limiter's refusal of a load, at Warn.
+func (r *Recorder) RecordShed(reason string, background bool) {
+	msg := "herd: limiter shed a load; its callers got ErrOverloaded"
+	if background {
+		msg = "herd: limiter shed a background refresh; the old value is served"
+	}
+	r.line("shed", slog.LevelWarn, msg, slog.String("reason", reason), slog.Bool("background", background))
+}
 
 // RecordEvent logs e unless its kind has used up its lines.
 func (r *Recorder) RecordEvent(e herd.Event) {
@@ -129,16 +152,7 @@ func (r *Recorder) RecordEvent(e herd.Event) {
 	default:
 		level, msg = slog.LevelInfo, "herd: event"
 	}
-	ctx := context.Background()
-	if !r.log.Enabled(ctx, level) {
-		return
-	}
-	suppressed, ok := r.allow(e.Kind)
-	if !ok {
-		return
-	}
-	attrs := make([]slog.Attr, 0, 4)
-	attrs = append(attrs, slog.String("kind", e.Kind.String()))
+	var attrs []slog.Attr
 	if e.Key != "" {
 		key := e.Key
 		if !r.keyNames {
@@ -149,6 +163,20 @@ func (r *Recorder) RecordEvent(e herd.Event) {
 	if e.Err != nil {
 		attrs = append(attrs, slog.Any("err", e.Err))
 	}
+	r.line(e.Kind.String(), level, msg, attrs...)
+}
+
+// line logs msg with kind and attrs unless the kind has used up its lines.
+func (r *Recorder) line(kind string, level slog.Level, msg string, attrs ...slog.Attr) {
+	ctx := context.Background()
+	if !r.log.Enabled(ctx, level) {
+		return
+	}
+	suppressed, ok := r.allow(kind)
+	if !ok {
+		return
+	}
+	attrs = append([]slog.Attr{slog.String("kind", kind)}, attrs...)
 	if suppressed > 0 {
 		attrs = append(attrs, slog.Int("suppressed", suppressed))
 	}
@@ -157,7 +185,7 @@ func (r *Recorder) RecordEvent(e herd.Event) {
 
 // allow takes a token of kind's bucket. It reports whether there was one
 // and, if so, how many lines the bucket refused since its last token.
-func (r *Recorder) allow(kind herd.EventKind) (suppressed int, ok bool) {
+func (r *Recorder) allow(kind string) (suppressed int, ok bool) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/herdslog"
+	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
 )
 
@@ -21,6 +22,22 @@ type capture struct {
 	level slog.Level
 	mu    sync.Mutex
 	lines []line
+}
+
+// withAttrs is a capture's handler after Logger.With.
+type withAttrs struct {
+	*capture
+	attrs []slog.Attr
+}
+
+func (w withAttrs) WithAttrs(as []slog.Attr) slog.Handler {
+	return withAttrs{w.capture, append(w.attrs[:len(w.attrs):len(w.attrs)], as...)}
+}
+
+func (w withAttrs) Handle(ctx context.Context, r slog.Record) error {
+	r = r.Clone()
+	r.AddAttrs(w.attrs...)
+	return w.capture.Handle(ctx, r)
 }
 
 // line is a record flattened for comparison.
@@ -33,7 +50,7 @@ type line struct {
 func (l line) String() string { return fmt.Sprintf("%v %q %v", l.level, l.msg, l.attrs) }
 
 func (c *capture) Enabled(_ context.Context, l slog.Level) bool { return l >= c.level }
-func (c *capture) WithAttrs([]slog.Attr) slog.Handler           { return c }
+func (c *capture) WithAttrs(as []slog.Attr) slog.Handler        { return withAttrs{c, as} }
 func (c *capture) WithGroup(string) slog.Handler                { return c }
 func (c *capture) Handle(_ context.Context, r slog.Record) error {
 	l := line{level: r.Level, msg: r.Message, attrs: map[string]string{}}
@@ -227,7 +244,7 @@ func TestWithCache(t *testing.T) {
 			MaxEntries: 10, SoftTTL: time.Second, HardTTL: time.Hour,
 			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
 			BreakerThreshold: 1, BreakerCooldown: time.Second,
-			Recorder: rec,
+			Recorder: rec, Name: "items",
 		})
 		key := herd.Key("item", "1")
 		good := func(context.Context) (string, error) { return "v", nil }
@@ -259,6 +276,9 @@ func TestWithCache(t *testing.T) {
 			if s := l.attrs["kind"] + " " + l.attrs["key"] + " " + l.attrs["err"]; s != want[i] || l.level != levels[i] {
 				t.Errorf("line %d: %v; want %v %q", i, l, levels[i], want[i])
 			}
+			if l.attrs["cache"] != "items" {
+				t.Errorf("line %d: %v; want cache=items", i, l)
+			}
 		}
 	})
 }
@@ -272,7 +292,7 @@ func TestLeaseLostWithCache(t *testing.T) {
 		c := newCache(t, &herd.Options[string]{
 			MaxEntries: 10, SoftTTL: time.Hour,
 			Store: remote, Lease: remote, LeaseTTL: 3 * time.Second,
-			Recorder: rec,
+			Recorder: rec, Name: "items",
 		})
 		key := herd.Key("item", "1")
 		gate := make(chan struct{})
@@ -294,6 +314,37 @@ func TestLeaseLostWithCache(t *testing.T) {
 		got := h.take()
 		if len(got) != 1 || got[0].level != slog.LevelWarn || got[0].attrs["kind"] != "lease-lost" || got[0].attrs["key"] != herd.RedactKey(key) {
 			t.Errorf("logged %v; want one lease-lost warning for %s", got, herd.RedactKey(key))
+		}
+	})
+}
+
+// A load the limiter refuses is logged at Warn with its reason, under the
+// shed kind's own bucket.
+func TestShedWithCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec, h := newRecorder(t, herdslog.Options{Burst: 1, Interval: time.Hour})
+		l, err := limiter.New(limiter.Options{Limit: 1, QueueTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCache(t, &herd.Options[string]{MaxEntries: 10, SoftTTL: time.Hour, Limiter: l, Recorder: rec})
+		gate := make(chan struct{})
+		go c.Get(context.Background(), "held", func(context.Context) (string, error) { <-gate; return "v", nil })
+		synctest.Wait()
+		for range 3 {
+			if _, err := c.Get(t.Context(), "other", func(context.Context) (string, error) { return "v", nil }); !errors.Is(err, herd.ErrOverloaded) {
+				t.Fatalf("Get = %v, want ErrOverloaded", err)
+			}
+		}
+		close(gate)
+		synctest.Wait()
+		got := h.take()
+		if len(got) != 1 {
+			t.Fatalf("logged %v; want one line (Burst 1)", got)
+		}
+		if l := got[0]; l.level != slog.LevelWarn || l.attrs["kind"] != "shed" || l.attrs["reason"] != limiter.ReasonQueueTimeout ||
+			l.attrs["background"] != "false" || l.attrs["cache"] != "default" {
+			t.Errorf("logged %v; want a Warn shed line with reason %s, background=false, cache=default", l, limiter.ReasonQueueTimeout)
 		}
 	})
 }

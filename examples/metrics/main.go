@@ -138,7 +138,7 @@ func newServer(c config) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	col, err := herdprom.New("items", cache)
+	col, err := herdprom.New(cache)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 // missCounter is a herd.Recorder that closes reached at the at-th miss.
 type missCounter struct {
+	herd.NopRecorder
 	n       atomic.Int64
 	at      int64
 	reached chan struct{}
@@ -27,10 +28,6 @@ func (m *missCounter) RecordGet(r herd.GetResult) {
 		close(m.reached)
 	}
 }
-func (*missCounter) RecordLoad(time.Duration, error, bool)      {}
-func (*missCounter) RecordLease(herd.LeaseEvent, time.Duration) {}
-func (*missCounter) RecordShed(string, bool)                    {}
-func (*missCounter) RecordBreaker(bool)                         {}
 
 // gatedOrigin holds each id's call until that id's gate is closed, and
 // sends the id on entered when a call starts.
@@ -134,15 +131,15 @@ func TestStampedeMetrics(t *testing.T) {
 	for _, want := range []string{
 		`herd_requests_total{cache="items",result="miss"} 52`,
 		`herd_loads_total{cache="items",outcome="ok"} 2`, // one for the whole stampede
-		`herd_recompute_concurrency_max{cache="items"} 1`,
+		`herd_key_concurrency_max{cache="items"} 1`,
 		`herd_load_duration_seconds_count{cache="items"} 2`,
 		`herd_limiter_limit{cache="items"} 1`,
-		`herd_shed_total{cache="items",reason="queue-timeout"} 1`,
-		`herd_shed_by_priority_total{cache="items",priority="normal"} 1`,
-		`herd_limiter_queue_wait_seconds_count{cache="items"} 3`,
+		`herd_limiter_shed_total{cache="items",reason="queue-timeout"} 1`,
+		`herd_limiter_shed_by_priority_total{cache="items",priority="normal"} 1`,
+		`herd_queue_wait_seconds_count{cache="items"} 3`,
 		`herd_hot_key_misses_total{cache="items",key="` + hot + `"} 50`,
 		`herd_hot_key_loads_total{cache="items",key="` + hot + `"} 1`,
-		`herd_breaker_open{cache="items"} 0`,
+		`herd_degraded{cache="items"} 0`,
 	} {
 		if !contains(found, want) {
 			t.Errorf("/metrics has no line %s", want)

@@ -303,7 +303,6 @@ type fencedSignal chan struct{}
 func (fencedSignal) RecordGet(herd.GetResult)              {}
 func (fencedSignal) RecordLoad(time.Duration, error, bool) {}
 func (fencedSignal) RecordShed(string, bool)               {}
-func (fencedSignal) RecordBreaker(bool)                    {}
 func (f fencedSignal) RecordLease(e herd.LeaseEvent, _ time.Duration) {
 	if e == herd.LeaseFenced {
 		f <- struct{}{}

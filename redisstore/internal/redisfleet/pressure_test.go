@@ -391,6 +391,7 @@ func TestLeaseAttemptsPerExpiry(t *testing.T) {
 // TestLeaseAttemptsPerExpiry judges per expiry. It is the fleet's Recorder,
 // and its clients' hooks report to it. Safe for concurrent use.
 type expiryLog struct {
+	herd.NopRecorder
 	mu       sync.Mutex
 	from     time.Time   // the start of the measured run; zero before
 	loads    []loadSpan  // every load of the hot key
@@ -452,11 +453,8 @@ func (l *expiryLog) troubleNow() {
 	l.trouble = append(l.trouble, time.Now())
 }
 
-func (l *expiryLog) RecordGet(herd.GetResult)              {}
-func (l *expiryLog) RecordLoad(time.Duration, error, bool) {}
-func (l *expiryLog) RecordShed(string, bool)               {}
-func (l *expiryLog) RecordBreaker(open bool) {
-	if open {
+func (l *expiryLog) RecordEvent(e herd.Event) {
+	if e.Kind == herd.EventBreakerOpened {
 		l.troubleNow()
 	}
 }
@@ -867,6 +865,7 @@ func (r *hotReads) add(t0, t1 time.Time, v string, err error) {
 // on the caller's goroutine; nothing in a refresh's context tells it apart
 // from the Get that started it.
 type refreshTasks struct {
+	herd.NopRecorder
 	wg sync.WaitGroup
 
 	mu      sync.Mutex
@@ -928,10 +927,6 @@ func (r *refreshTasks) loading() {
 	}
 }
 
-func (r *refreshTasks) RecordGet(herd.GetResult)                   {}
-func (r *refreshTasks) RecordLoad(time.Duration, error, bool)      {}
-func (r *refreshTasks) RecordLease(herd.LeaseEvent, time.Duration) {}
-func (r *refreshTasks) RecordBreaker(bool)                         {}
 func (r *refreshTasks) RecordShed(_ string, _ bool) {
 	if task := r.current(); task != nil && !task.shed {
 		task.shed, task.atShed = true, task.commands

@@ -570,6 +570,7 @@ func (e *runEnv) get(ctx context.Context, rep *replica, key int) {
 // loser served stale inside a load's flight is not reported to a Recorder
 // as stale; a load of the key is running then.)
 type staleLog struct {
+	herd.NopRecorder
 	origin *Origin
 	mu     sync.Mutex
 	at     []time.Duration // offsets from the run's start; guarded by mu
@@ -590,11 +591,6 @@ func (l *staleLog) times() []time.Duration {
 	defer l.mu.Unlock()
 	return slices.Clone(l.at)
 }
-
-func (*staleLog) RecordLoad(time.Duration, error, bool)      {}
-func (*staleLog) RecordLease(herd.LeaseEvent, time.Duration) {}
-func (*staleLog) RecordShed(string, bool)                    {}
-func (*staleLog) RecordBreaker(bool)                         {}
 
 // sleepUntil waits until the origin's clock reads t; it reports false if
 // ctx ended first.
