@@ -157,6 +157,7 @@ func TestRecorderNegativeAndNotFound(t *testing.T) {
 				t.Fatalf("Get = %v, want ErrNotFound", err)
 			}
 		}
+		synctest.Wait() // the negative entry's write-back to the Store is done
 		if _, err := b.Get(bounded(t), "gone", notFound(&loads)); !errors.Is(err, herd.ErrNotFound) {
 			t.Fatalf("Get from the Store = %v, want ErrNotFound", err)
 		}
