@@ -130,11 +130,10 @@ func RegisterMetrics(mp metric.MeterProvider, s Source) (metric.Registration, er
 		st := s.Stats()
 		stats := reflect.ValueOf(st)
 		for _, in := range insts {
+			if !in.def.Exported(&st) {
+				continue
+			}
 			switch in.def.Scope {
-			case metricdef.WithLimiter:
-				if st.Limiter.Limit <= 0 {
-					continue
-				}
 			case metricdef.PerHotKey:
 				for _, k := range st.HotKeys {
 					a := metric.WithAttributeSet(attribute.NewSet(cache, KeyKey.String(k.Key)))

@@ -143,11 +143,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func collect(ch chan<- prometheus.Metric, name string, st herd.Stats) {
 	stats := reflect.ValueOf(st)
 	for _, f := range families {
+		if !f.def.Exported(&st) {
+			continue
+		}
 		switch f.def.Scope {
-		case metricdef.WithLimiter:
-			if st.Limiter.Limit <= 0 {
-				continue
-			}
 		case metricdef.PerHotKey:
 			for _, k := range st.HotKeys {
 				send(ch, f, reflect.ValueOf(k), name, k.Key)

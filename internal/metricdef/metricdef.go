@@ -81,6 +81,12 @@ func (m *Metric) PromName() string {
 // OTelName is m's OpenTelemetry instrument name.
 func (m *Metric) OTelName() string { return "herd." + m.Name }
 
+// Exported reports whether m is exported for a cache whose Stats are st:
+// WithLimiter metrics only when the cache has a limiter.
+func (m *Metric) Exported(st *herd.Stats) bool {
+	return m.Scope != WithLimiter || st.Limiter.Limit > 0
+}
+
 // OTelAttr is the OpenTelemetry attribute key of a label.
 func OTelAttr(label string) string { return "herd." + label }
 
