@@ -277,6 +277,7 @@ func TestShedRefreshRetriedAtHighPriority(t *testing.T) {
 				t.Errorf("cold Get: %v", r.err)
 			}
 		}
+		synctest.Wait() // the refresh of hot, released above, settles
 		if n := refreshes.Load(); n != 1 {
 			t.Errorf("hot refreshed %d times; want 1", n)
 		}
