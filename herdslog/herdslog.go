@@ -3,6 +3,7 @@ package herdslog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -29,6 +30,11 @@ type Options struct {
 	// KeyNames logs keys in full. Keys may hold personal data, so by default
 	// a key is logged as its namespace and a short hash.
 	KeyNames bool
+	// Trace also logs, at Debug, how each Get was answered (kind "get"),
+	// each load (kind "load") and each lease event (kind "lease"), each
+	// kind through its own token bucket like every other line. False logs
+	// none of them.
+	Trace bool
 }
 
 // Recorder is a herd.Recorder, herd.EventRecorder and herd.CacheRecorder, to
@@ -42,8 +48,12 @@ type Options struct {
 //     the limiter's reason and whether it was a background refresh: the
 //     backing store is at its cap.
 //
-// RecordGet, RecordLoad and RecordLease do nothing: a lost lease is logged
-// from its event, and counts are for metrics (herdprom, herdotel).
+// With Options.Trace it also logs the request path at Debug: each Get's
+// result (hit, stale, negative or miss), each load's duration, outcome and
+// whether it was a background refresh, and each lease event with the time
+// a loser waited. Without it RecordGet, RecordLoad and RecordLease log
+// nothing: a lost lease is logged from its event, and counts are for
+// metrics (herdprom, herdotel).
 //
 // During an incident one event can happen thousands of times a second, so
 // each kind of line has its own token bucket: at most Burst lines at once,
@@ -58,6 +68,7 @@ type Options struct {
 type Recorder struct {
 	log      *slog.Logger
 	keyNames bool
+	trace    bool
 	burst    float64
 	perToken time.Duration // Interval/Burst: the time one token takes to come back
 
@@ -101,6 +112,7 @@ func New(l *slog.Logger, o Options) (*Recorder, error) {
 	return &Recorder{
 		log:      l,
 		keyNames: o.KeyNames,
+		trace:    o.Trace,
 		burst:    float64(o.Burst),
 		perToken: max(o.Interval/time.Duration(o.Burst), 1),
 		buckets:  map[string]*bucket{},
@@ -113,20 +125,53 @@ func (r *Recorder) ForCache(name string) herd.Recorder {
 	return &Recorder{
 		log:      r.log.With(slog.String("cache", name)),
 		keyNames: r.keyNames,
+		trace:    r.trace,
 		burst:    r.burst,
 		perToken: r.perToken,
 		buckets:  map[string]*bucket{},
 	}
 }
 
-// RecordGet does nothing.
-func (r *Recorder) RecordGet(herd.GetResult) {}
+// RecordGet logs how a Get was answered, at Debug, with Options.Trace.
+func (r *Recorder) RecordGet(res herd.GetResult) {
+	if r.trace {
+		r.line("get", slog.LevelDebug, "herd: get", slog.String("result", res.String()))
+	}
+}
 
-// RecordLoad does nothing.
-func (r *Recorder) RecordLoad(time.Duration, error, bool) {}
+// RecordLoad logs a load, at Debug, with Options.Trace: its duration, its
+// outcome (ok, not-found or error, with the error) and whether it was a
+// background refresh.
+func (r *Recorder) RecordLoad(d time.Duration, err error, background bool) {
+	if !r.trace {
+		return
+	}
+	outcome := "ok"
+	switch {
+	case errors.Is(err, herd.ErrNotFound):
+		outcome = "not-found"
+	case err != nil:
+		outcome = "error"
+	}
+	attrs := []slog.Attr{slog.Duration("duration", d), slog.String("outcome", outcome), slog.Bool("background", background)}
+	if outcome == "error" {
+		attrs = append(attrs, slog.Any("err", err))
+	}
+	r.line("load", slog.LevelDebug, "herd: load", attrs...)
+}
 
-// RecordLease does nothing: a lost lease is logged from its event.
-func (r *Recorder) RecordLease(herd.LeaseEvent, time.Duration) {}
+// RecordLease logs a lease event, at Debug, with Options.Trace, and the
+// time a loser waited when it waited.
+func (r *Recorder) RecordLease(e herd.LeaseEvent, wait time.Duration) {
+	if !r.trace {
+		return
+	}
+	attrs := []slog.Attr{slog.String("event", e.String())}
+	if wait > 0 {
+		attrs = append(attrs, slog.Duration("wait", wait))
+	}
+	r.line("lease", slog.LevelDebug, "herd: lease", attrs...)
+}
 
 // RecordShed logs the limiter's refusal of a load, at Warn.
 func (r *Recorder) RecordShed(reason string, background bool) {

@@ -348,3 +348,65 @@ func TestShedWithCache(t *testing.T) {
 		}
 	})
 }
+
+// TestTraceWithCache drives a real cache through a miss, a hit, a not-found
+// load and its negative entry, and a stale read and its refresh, and checks
+// the Debug lines Options.Trace logs for them, and that none are logged
+// without it.
+func TestTraceWithCache(t *testing.T) {
+	for _, trace := range []bool{true, false} {
+		t.Run(fmt.Sprint("trace=", trace), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec, h := newRecorder(t, herdslog.Options{Trace: trace, Burst: 100})
+				remote := memory.New()
+				c := newCache(t, &herd.Options[string]{
+					MaxEntries: 10, SoftTTL: time.Second, HardTTL: time.Hour, NegativeTTL: time.Minute,
+					Store: remote, Lease: remote, LeaseTTL: 10 * time.Second, Recorder: rec, Name: "items",
+				})
+				good := func(context.Context) (string, error) { return "v", nil }
+				missing := func(context.Context) (string, error) { return "", herd.ErrNotFound }
+				get := func(key string, load herd.LoadFunc[string]) {
+					t.Helper()
+					if _, err := c.Get(t.Context(), key, load); err != nil && !errors.Is(err, herd.ErrNotFound) {
+						t.Fatal(err)
+					}
+					synctest.Wait()
+				}
+				get("a", good)       // miss: lease acquired, load ok
+				get("a", good)       // hit
+				get("gone", missing) // miss: lease acquired, load not-found
+				get("gone", missing) // negative
+				time.Sleep(2 * time.Second)
+				get("a", good) // stale: a background refresh under the lease
+
+				var got []string
+				for _, l := range h.take() {
+					if l.level != slog.LevelDebug || l.attrs["cache"] != "items" {
+						t.Errorf("%v: want Debug, cache=items", l)
+					}
+					s := l.attrs["kind"] + " " + l.attrs["result"] + l.attrs["outcome"] + l.attrs["event"]
+					if l.attrs["kind"] == "load" {
+						s += " background=" + l.attrs["background"]
+						if l.attrs["duration"] == "" {
+							t.Errorf("%v: no duration", l)
+						}
+					}
+					got = append(got, s)
+				}
+				want := []string{
+					"get miss", "lease acquired", "load ok background=false",
+					"get hit",
+					"get miss", "lease acquired", "load not-found background=false",
+					"get negative",
+					"get stale", "lease acquired", "load ok background=true",
+				}
+				if !trace {
+					want = nil
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("logged\n\t%q\nwant\n\t%q", got, want)
+				}
+			})
+		})
+	}
+}
