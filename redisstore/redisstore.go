@@ -1,17 +1,32 @@
 // Package redisstore keeps a herd cache's remote tier in Redis: envelopes, fenced leases and change notices, on a single node, behind Sentinel or on a Cluster.
 //
-// Each cache key has up to three Redis keys that share one Cluster hash
-// slot, each with a TTL: the envelope (<prefix>{<tag>}:<key>:v), kept for
-// the ttl it was written with; the lease token (…:l), kept for the lease's
-// ttl; and the fence (…:f), kept for max(the value's ttl, the lease's ttl,
-// 1 min) + 10 s after the last write, Set, Invalidate, Acquire or Extend
-// (none shortens a longer TTL), so that Redis holds nothing for a key that
-// is no longer used. A small value takes about 360 bytes of Redis memory
-// under a held lease (Redis 7.0, a 1-byte value and a short key: envelope
-// 136, lease 136, fence 88), or about 224 without one. Every change runs as
-// one Lua script, so it is atomic. Acquire judges a value's freshness by
-// the server's clock (TIME) against the soft expiry a replica wrote by its
-// own clock: keep the clocks in sync.
+// Each cache key has up to three Redis keys, which share one Cluster hash
+// slot through their hash tag <tag> (16 hex digits: the first 8 bytes of
+// the SHA-256 of the key), and each has a TTL, so that Redis holds nothing
+// for a key that is no longer used:
+//
+//	name                     holds                   TTL                                      length
+//	<prefix>{<tag>}:<key>:v  the envelope            the hard TTL written, jitter included    34 + value (+ tags)
+//	<prefix>{<tag>}:<key>:l  the lease token, hex    the lease's TTL, extended by its holder  32
+//	<prefix>{<tag>}:<key>:f  the fence, decimal µs   max(value, lease, 1 min TTL) + 10 s      16
+//
+// The fence's TTL is set again by every write, Set, Invalidate, Acquire or
+// Extend, and none shortens a longer one. Redis 7.0 reports (MEMORY USAGE,
+// key "profile|acme|42") 88 bytes for the fence, 136 for the lease and
+// about 114 + the envelope's length for the value, rounded up by the
+// allocator: 136 for a 1-byte value, 248 for 100 bytes. A cached key so
+// takes about 202 bytes plus its envelope (224 for a 1-byte value, 336 for
+// 100 bytes), and 136 more while a load holds its lease; each byte of a
+// longer key adds a byte to each name. A few keys are shared, not per
+// cache key:
+//
+//	<prefix>{<hash>}:<tag>:t    a tag's version (Tags)          TagKeep (24 h) after its last use  16
+//	<prefix>{gen}               the generation (InvalidateAll)  none: one key in all               16
+//	<prefix>hot:{hot}:<ms>:<n>  the hot set of one period       three periods                      sorted set
+//
+// Every change runs as one Lua script, so it is atomic. Acquire judges a
+// value's freshness by the server's clock (TIME) against the soft expiry a
+// replica wrote by its own clock: keep the clocks in sync.
 //
 // A fence is max(the previous fence + 1, the server's clock in Unix
 // microseconds), below 2^53, and a missing fence key reads as fence 0. So
