@@ -134,10 +134,12 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	// The local tier evicts by size only: entries carry their own soft and
 	// hard expiry, checked on each read with the cache's clock, so otter needs
 	// no clock of its own on the hit path.
-	c.local, err = otter.New(&otter.Options[string, *entry[V]]{
-		MaximumSize: cfg.MaxEntries,
-		Clock:       noClock{},
-	})
+	lo := &otter.Options[string, *entry[V]]{MaximumSize: cfg.MaxEntries, Clock: noClock{}}
+	if w := cfg.Weigher; cfg.MaxWeight > 0 {
+		lo.MaximumWeight = cfg.MaxWeight
+		lo.Weigher = func(key string, e *entry[V]) uint32 { return w(key, e.value) }
+	}
+	c.local, err = otter.New(lo)
 	if err != nil {
 		return nil, fmt.Errorf("herd: local tier: %w", err)
 	}

@@ -49,8 +49,19 @@ type Options[V any] struct {
 	Name string
 
 	// MaxEntries bounds the local tier (entries held in memory, decoded).
-	// It must be positive.
+	// It must be positive, unless MaxWeight is set: then it must be zero.
 	MaxEntries int
+	// MaxWeight, when positive, bounds the local tier by the sum of its
+	// entries' weights, as Weigher gives them, instead of by MaxEntries:
+	// for values whose sizes differ, such as HTTP responses bounded in
+	// bytes. It needs Weigher. Zero means the local tier is bounded by
+	// MaxEntries.
+	MaxWeight uint64
+	// Weigher gives the weight of a local entry for MaxWeight: key, and its
+	// value (the zero value for a remembered ErrNotFound). It is called on
+	// every put to the local tier, and must be cheap and safe for concurrent
+	// use. It is set exactly when MaxWeight is.
+	Weigher func(key string, v V) uint32
 
 	// SoftTTL is how long a loaded value is fresh. It must be positive.
 	SoftTTL time.Duration
@@ -287,8 +298,14 @@ func (o *Options[V]) validate() (config[V], error) {
 		errs = append(errs, fmt.Errorf("herd: "+format, args...))
 	}
 	errs = append(errs, o.durationErrors()...)
-	if o.MaxEntries <= 0 {
+	switch {
+	case o.MaxWeight > 0 && o.MaxEntries != 0:
+		bad("MaxEntries must be zero with MaxWeight, got %d", o.MaxEntries)
+	case o.MaxWeight == 0 && o.MaxEntries <= 0:
 		bad("MaxEntries must be positive, got %d", o.MaxEntries)
+	}
+	if (o.MaxWeight > 0) != (o.Weigher != nil) {
+		bad("MaxWeight and Weigher must be set together")
 	}
 	if o.HardTTL != 0 && o.HardTTL < o.SoftTTL {
 		bad("HardTTL (%v) must not be shorter than SoftTTL (%v)", o.HardTTL, o.SoftTTL)
