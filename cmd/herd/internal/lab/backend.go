@@ -76,7 +76,15 @@ type redisBackend struct {
 	admin *redis.Client
 }
 
+// quietLogger is go-redis's logger in the lab: it drops every line (pool
+// dial failures and the like), as the lab reports what goes wrong with Redis
+// itself, once, in its own words.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
 func newRedisBackend(ctx context.Context, addr string, spawn bool) (*redisBackend, error) {
+	redis.SetLogger(quietLogger{})
 	b := &redisBackend{addr: addr}
 	if spawn {
 		s, err := redisproc.Start(ctx)
@@ -88,7 +96,7 @@ func newRedisBackend(ctx context.Context, addr string, spawn bool) (*redisBacken
 	var id [4]byte
 	_, _ = rand.Read(id[:])
 	b.suite = hex.EncodeToString(id[:])
-	b.admin = redis.NewClient(&redis.Options{Addr: b.addr, ContextTimeoutEnabled: true})
+	b.admin = redis.NewClient(clientOptions(b.addr).Simple())
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := b.admin.Ping(pctx).Err(); err != nil {
@@ -96,6 +104,22 @@ func newRedisBackend(ctx context.Context, addr string, spawn bool) (*redisBacken
 		return nil, fmt.Errorf("lab: redis at %s does not answer: %w", b.addr, err)
 	}
 	return b, nil
+}
+
+// clientOptions are the options of every client of the lab: one that fails
+// at once on a dead node (one dial attempt, no retry of a failed command),
+// as the embedded store does when node-kill takes it down. go-redis's
+// defaults retry a refused dial four more times 100ms apart, longer than a
+// Redis call's deadline (redisstore.DefaultTimeout), so every call would
+// wait out its deadline: a --quick outage would end before the cache's
+// breaker had seen a failure, and no replica would load while it lasted.
+func clientOptions(addr string) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:                 []string{addr},
+		DialerRetries:         1,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	}
 }
 
 func (b *redisBackend) describe() string {
@@ -131,7 +155,7 @@ type replicaConn struct {
 func (rc replicaConn) Close() error { return errors.Join(rc.r.Close(), rc.c.Close()) }
 
 func (r *redisRun) remote(context.Context, int) (herd.Store, herd.Lease, io.Closer, error) {
-	c := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{r.b.addr}})
+	c := redisstore.NewClient(clientOptions(r.b.addr))
 	rem, err := redisstore.New(redisstore.Options{Client: c, Prefix: r.prefix})
 	if err != nil {
 		_ = c.Close()
