@@ -26,15 +26,20 @@ type measures struct {
 	// flush, cold-start: the largest number of calls for one key since the
 	// flush or start, fleet-wide and for one replica.
 	maxPerKey, maxPerReplicaKey int
+	// flush, cold-start: the keys loaded, and the (replica, key) pairs.
+	keysLoaded, pairsLoaded int
 	// node-kill: the largest number of calls one replica made for one key
-	// while the node was down, and the errors no failure explains.
+	// while the node was down; the calls, loads and requests that began
+	// while it was down; the errors no failure explains.
 	maxPerReplicaKeyDown int
-	downCalls            int
+	downCalls, downLoads int
+	downRequests         int64
 	avoidableErrors      int64
-	// cold-start warm and fleet: requests for warmed keys that waited, and
-	// the backing-store calls that started while the replicas warmed.
-	waitedWarm int64
-	warmCalls  int
+	// cold-start warm and fleet: requests for warmed keys, those that
+	// waited, and the backing-store calls that started while the replicas
+	// warmed.
+	warmRequests, waitedWarm int64
+	warmCalls                int
 	// cold-start fleet: the size of the hottest fifth, and of the hot set
 	// the replicas found (0 when it stayed empty); the fewest and the most
 	// keys one replica's local tier held once warmed; WarmHot's keys loaded
@@ -47,8 +52,13 @@ type measures struct {
 	warmErrors             int
 	minReadShare           float64
 	minHottest             int
-	// peakReplica is the highest backing-store concurrency of one replica.
+	// warmedTotal is the keys held once warmed, summed over the replicas
+	// that warmed (replicasWarmed).
+	warmedTotal, replicasWarmed int
+	// peakReplica is the highest backing-store concurrency of one replica,
+	// over allCalls, every backing-store call of the run.
 	peakReplica int
+	allCalls    int
 }
 
 // waitThreshold is the least latency at which a request answered by a
@@ -86,9 +96,16 @@ func (e *runEnv) analyze() *measures {
 		if q.outcome != outcomeOK {
 			r.Errors++
 		}
+		if e.killAt > 0 && q.start >= e.killAt && q.start < e.restartAt {
+			m.downRequests++
+		}
+		isWarmed := warmed(int(q.replica), int(q.key))
+		if isWarmed {
+			m.warmRequests++
+		}
 		if waited(q, calls, threshold) {
 			r.WaitedOnOrigin++
-			if warmed(int(q.replica), int(q.key)) {
+			if isWarmed {
 				m.waitedWarm++
 			}
 		}
@@ -115,12 +132,13 @@ func (e *runEnv) analyze() *measures {
 		}
 	}
 	r.OriginCalls = int64(len(counted))
+	m.allCalls = len(calls)
 	var perReplica []int
 	r.PeakOrigin, perReplica = e.origin.Peak()
 	for _, p := range perReplica {
 		m.peakReplica = max(m.peakReplica, p)
 	}
-	r.Bucket = bucketFor(end)
+	r.Bucket = e.o.bucket()
 	r.Timeline, r.Concurrency = sweep(calls, r.Bucket, int(end/r.Bucket)+1)
 
 	extra := map[string]float64{}
@@ -182,6 +200,7 @@ func (e *runEnv) analyze() *measures {
 			}
 		}
 		perKey, perReplicaKey := keyCounts(since)
+		m.keysLoaded, m.pairsLoaded = len(perKey), len(perReplicaKey)
 		for _, v := range perKey {
 			m.maxPerKey = max(m.maxPerKey, v)
 		}
@@ -226,7 +245,7 @@ func (e *runEnv) analyze() *measures {
 				down = append(down, c)
 			}
 		}
-		m.downCalls = len(down)
+		m.downCalls, m.downLoads = len(down), countLoads(down)
 		// While the node is down each replica is on its own: group each
 		// replica's calls for a key into expiry events (calls overlapping in
 		// time); an early refresh after an earlier one ended is another event.
@@ -242,6 +261,7 @@ func (e *runEnv) analyze() *measures {
 		}
 		r.Expiries = 1
 		r.CallsPerExpiry = float64(r.OriginCalls)
+		extra["requests_while_down"] = float64(m.downRequests)
 		extra["calls_while_down"] = float64(m.downCalls)
 		extra["max_calls_per_replica_per_key_per_expiry_while_down"] = float64(m.maxPerReplicaKeyDown)
 		extra["avoidable_errors"] = float64(m.avoidableErrors)
@@ -280,7 +300,9 @@ func (e *runEnv) warmedKeys() func(replica, key int) bool {
 func (m *measures) fleetMeasures(f *fleetWarm, hot int) {
 	m.hot, m.hotSetKeys = hot, len(f.hotKeys)
 	m.warmLoaded, m.warmFailed, m.warmErrors = f.report.Loaded, f.report.Failed, f.errors
+	m.replicasWarmed = len(f.warmed)
 	for i, keys := range f.warmed {
+		m.warmedTotal += len(keys)
 		share, hottest := readShare(keys, hot), hottestCount(keys, hot)
 		if i == 0 {
 			m.minWarmed, m.maxWarmed, m.minReadShare, m.minHottest = len(keys), len(keys), share, hottest
@@ -537,6 +559,10 @@ func sweep(calls []Call, bucket time.Duration, n int) (started []int64, peak []i
 	return started, peak
 }
 
+// bucket is the width of the timeline buckets of every run of a suite:
+// at most 120 over the traffic time, so that the runs' charts compare.
+func (o *Options) bucket() time.Duration { return bucketFor(o.Duration) }
+
 // bucketFor picks a round bucket width giving at most 120 buckets over d.
 func bucketFor(d time.Duration) time.Duration {
 	for _, b := range []time.Duration{
@@ -567,26 +593,34 @@ type promise struct {
 	layer    string
 	variants []string
 	text     string
-	eval     func(m *measures) (measured string, ok bool)
+	// observed names what eval counts as its observations.
+	observed string
+	// eval returns what was measured, how many observations it judged, and
+	// whether the promise held over them.
+	eval func(m *measures) (measured string, observations int64, ok bool)
 }
 
-// limiterPromise holds wherever the limiter is on.
+// limiterPromise holds wherever the limiter is on: it judges every
+// backing-store call of the run.
 var limiterPromise = promise{
-	layer: "limiter",
-	text:  fmt.Sprintf("peak backing-store concurrency ≤ the limiter's cap (%d per replica)", limiterSlots),
-	eval: func(m *measures) (string, bool) {
+	layer:    "limiter",
+	text:     fmt.Sprintf("peak backing-store concurrency ≤ the limiter's cap (%d per replica)", limiterSlots),
+	observed: "backing-store calls",
+	eval: func(m *measures) (string, int64, bool) {
 		return fmt.Sprintf("peak %d per replica, %d fleet-wide", m.peakReplica, m.run.PeakOrigin),
-			m.peakReplica <= limiterSlots
+			int64(m.allCalls), m.peakReplica <= limiterSlots
 	},
 }
 
-// noWait is the promise of XFetch and stale-while-revalidate in hot-key.
+// noWait is the promise of XFetch and stale-while-revalidate in hot-key:
+// across the expiries, no request waited.
 var noWait = promise{
-	layer: "xfetch",
-	text:  "no client waited on the backing store after warm-up",
-	eval: func(m *measures) (string, bool) {
-		return fmt.Sprintf("%d waited, %d expiries", m.run.WaitedOnOrigin, m.run.Expiries),
-			m.run.WaitedOnOrigin == 0 && m.run.Expiries > 0
+	layer:    "xfetch",
+	text:     "no client waited on the backing store after warm-up",
+	observed: "expiries",
+	eval: func(m *measures) (string, int64, bool) {
+		return fmt.Sprintf("%d of %d requests waited", m.run.WaitedOnOrigin, m.run.Requests),
+			m.run.Expiries, m.run.WaitedOnOrigin == 0
 	},
 }
 
@@ -600,21 +634,22 @@ const maxLoadsPerTTL = 1.2
 
 // aheadLoads and aheadInTime are refresh-ahead's promises in hot-key.
 var aheadLoads = promise{
-	layer: "ahead",
-	text:  fmt.Sprintf("≤ %.1f loads per soft TTL fleet-wide after warm-up", maxLoadsPerTTL),
-	eval: func(m *measures) (string, bool) {
-		return fmt.Sprintf("%.2f over %d expiries", m.loadsPerTTL, m.run.Expiries),
-			m.loadsPerTTL <= maxLoadsPerTTL && m.run.Expiries > 0
+	layer:    "ahead",
+	text:     fmt.Sprintf("≤ %.1f loads per soft TTL fleet-wide after warm-up", maxLoadsPerTTL),
+	observed: "expiries",
+	eval: func(m *measures) (string, int64, bool) {
+		return fmt.Sprintf("%.2f", m.loadsPerTTL), m.run.Expiries, m.loadsPerTTL <= maxLoadsPerTTL
 	},
 }
 
 var aheadInTime = promise{
-	layer: "ahead",
-	text:  "every refresh began before its value expired: no stale serve before its refresh began",
-	eval: func(m *measures) (string, bool) {
+	layer:    "ahead",
+	text:     "every refresh began before its value expired: no stale serve before its refresh began",
+	observed: "expiries",
+	eval: func(m *measures) (string, int64, bool) {
 		return fmt.Sprintf("%d stale serves before a refresh; %d late refreshes; %d refreshes ahead",
 				m.staleBeforeRefresh, m.lateRefreshes, m.aheadRefreshes),
-			m.staleBeforeRefresh == 0 && m.aheadRefreshes > 0 && m.run.Expiries > 0
+			m.run.Expiries, m.staleBeforeRefresh == 0 && m.aheadRefreshes > 0
 	},
 }
 
@@ -636,9 +671,10 @@ var fleetFromStore = promise{
 	layer:    "none",
 	variants: []string{"fleet"},
 	text:     "warming from the fleet made no backing-store call: each replica took every key of the hot set from the Store",
-	eval: func(m *measures) (string, bool) {
+	observed: "keys warmed",
+	eval: func(m *measures) (string, int64, bool) {
 		if m.hotSetKeys == 0 {
-			return "the hot set stayed empty", false
+			return "the hot set stayed empty", 0, false
 		}
 		held := strconv.Itoa(m.minWarmed)
 		if m.maxWarmed != m.minWarmed {
@@ -649,8 +685,9 @@ var fleetFromStore = promise{
 		if m.warmErrors > 0 {
 			measured += fmt.Sprintf("; %d WarmHot errors", m.warmErrors)
 		}
-		return measured, m.warmCalls == 0 && m.warmLoaded == 0 && m.warmFailed == 0 && m.warmErrors == 0 &&
-			m.minWarmed == m.hotSetKeys && m.maxWarmed == m.hotSetKeys
+		return measured, int64(m.warmedTotal),
+			m.warmCalls == 0 && m.warmLoaded == 0 && m.warmFailed == 0 && m.warmErrors == 0 &&
+				m.minWarmed == m.hotSetKeys && m.maxWarmed == m.hotSetKeys
 	},
 }
 
@@ -658,32 +695,64 @@ var fleetHottest = promise{
 	layer:    "none",
 	variants: []string{"fleet"},
 	text:     fmt.Sprintf("the keys warmed from the fleet are the hottest: ≥ %.0f%% of the reads of the hottest fifth", 100*minWarmReadShare),
-	eval: func(m *measures) (string, bool) {
+	observed: "replicas",
+	eval: func(m *measures) (string, int64, bool) {
 		if m.hotSetKeys == 0 {
-			return "the hot set stayed empty", false
+			return "the hot set stayed empty", 0, false
 		}
 		return fmt.Sprintf("%.1f%% on the worst replica, %d of the %d hottest", 100*m.minReadShare, m.minHottest, m.hot),
-			m.minReadShare >= minWarmReadShare
+			int64(m.replicasWarmed), m.minReadShare >= minWarmReadShare
 	},
 }
+
+// perReplicaKey and perKey are the promises of coalescing and the lease
+// after a flush or a start: they judge the keys (per replica, or
+// fleet-wide) loaded since. Cold-start's fleet variant loads none: its own
+// promises say so.
+func perReplicaKey(text string, variants ...string) promise {
+	return promise{
+		layer:    "coalescing",
+		variants: variants,
+		text:     text,
+		observed: "replica-key pairs loaded",
+		eval: func(m *measures) (string, int64, bool) {
+			return fmt.Sprintf("max %d", m.maxPerReplicaKey), int64(m.pairsLoaded), m.maxPerReplicaKey <= 1
+		},
+	}
+}
+
+func perKey(text string, variants ...string) promise {
+	return promise{
+		layer:    "lease",
+		variants: variants,
+		text:     text,
+		observed: "keys loaded",
+		eval: func(m *measures) (string, int64, bool) {
+			return fmt.Sprintf("max %d", m.maxPerKey), int64(m.keysLoaded), m.maxPerKey <= 1
+		},
+	}
+}
+
+// loadingVariants are cold-start's variants whose traffic loads keys.
+var loadingVariants = []string{"cold", "warm"}
 
 // promises lists the promises of each scenario.
 var promises = map[string][]promise{
 	"hot-key": {
 		{
-			layer: "coalescing",
-			text:  "≤ 1 load per replica per expiry",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("max %d over %d expiries", m.maxPerReplicaExpiry, m.run.Expiries),
-					m.maxPerReplicaExpiry <= 1 && m.run.Expiries > 0
+			layer:    "coalescing",
+			text:     "≤ 1 load per replica per expiry",
+			observed: "expiries",
+			eval: func(m *measures) (string, int64, bool) {
+				return fmt.Sprintf("max %d", m.maxPerReplicaExpiry), m.run.Expiries, m.maxPerReplicaExpiry <= 1
 			},
 		},
 		{
-			layer: "lease",
-			text:  "1 load per expiry fleet-wide",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("max %d over %d expiries", m.maxPerExpiry, m.run.Expiries),
-					m.maxPerExpiry <= 1 && m.run.Expiries > 0
+			layer:    "lease",
+			text:     "1 load per expiry fleet-wide",
+			observed: "expiries",
+			eval: func(m *measures) (string, int64, bool) {
+				return fmt.Sprintf("max %d", m.maxPerExpiry), m.run.Expiries, m.maxPerExpiry <= 1
 			},
 		},
 		noWait,
@@ -692,20 +761,8 @@ var promises = map[string][]promise{
 		aheadInTime,
 	},
 	"flush": {
-		{
-			layer: "coalescing",
-			text:  "≤ 1 load per replica per key after the flush",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("max %d", m.maxPerReplicaKey), m.maxPerReplicaKey <= 1
-			},
-		},
-		{
-			layer: "lease",
-			text:  "≤ 1 load per key fleet-wide after the flush",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("max %d over %.0f keys", m.maxPerKey, m.run.Extra["keys_loaded"]), m.maxPerKey <= 1
-			},
-		},
+		perReplicaKey("≤ 1 load per replica per key after the flush"),
+		perKey("≤ 1 load per key fleet-wide after the flush"),
 		limiterPromise,
 	},
 	"cold-start": {
@@ -713,49 +770,46 @@ var promises = map[string][]promise{
 			layer:    "none",
 			variants: []string{"warm", "fleet"},
 			text:     "with warmup, no client waited on a warmed key",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("%d waited", m.waitedWarm), m.waitedWarm == 0
+			observed: "requests for warmed keys",
+			eval: func(m *measures) (string, int64, bool) {
+				return fmt.Sprintf("%d waited", m.waitedWarm), m.warmRequests, m.waitedWarm == 0
 			},
 		},
 		fleetFromStore,
 		fleetHottest,
+		perReplicaKey("≤ 1 load per replica per key", loadingVariants...),
+		perKey("≤ 1 load per key fleet-wide", loadingVariants...),
 		{
-			layer: "coalescing",
-			text:  "≤ 1 load per replica per key",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("max %d", m.maxPerReplicaKey), m.maxPerReplicaKey <= 1
-			},
+			layer:    limiterPromise.layer,
+			variants: loadingVariants,
+			text:     limiterPromise.text,
+			observed: limiterPromise.observed,
+			eval:     limiterPromise.eval,
 		},
-		{
-			layer: "lease",
-			text:  "≤ 1 load per key fleet-wide",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("max %d over %.0f keys", m.maxPerKey, m.run.Extra["keys_loaded"]), m.maxPerKey <= 1
-			},
-		},
-		limiterPromise,
 	},
 	"node-kill": {
 		{
-			layer: "coalescing",
-			text:  "≤ 1 load per replica per key per expiry while Redis is down",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("max %d over %d calls while down", m.maxPerReplicaKeyDown, m.downCalls),
-					m.maxPerReplicaKeyDown <= 1
+			layer:    "coalescing",
+			text:     "≤ 1 load per replica per key per expiry while Redis is down",
+			observed: "loads while down",
+			eval: func(m *measures) (string, int64, bool) {
+				return fmt.Sprintf("max %d", m.maxPerReplicaKeyDown), int64(m.downLoads), m.maxPerReplicaKeyDown <= 1
 			},
 		},
 		{
-			layer: "coalescing",
-			text:  "no client error the backing store could have answered (shed requests aside)",
-			eval: func(m *measures) (string, bool) {
-				return fmt.Sprintf("%d errors", m.avoidableErrors), m.avoidableErrors == 0
+			layer:    "coalescing",
+			text:     "no client error the backing store could have answered (shed requests aside)",
+			observed: "requests while down",
+			eval: func(m *measures) (string, int64, bool) {
+				return fmt.Sprintf("%d errors of %d requests", m.avoidableErrors, m.run.Requests), m.downRequests, m.avoidableErrors == 0
 			},
 		},
 		limiterPromise,
 	},
 }
 
-// checks evaluates the promises that apply to a run.
+// checks evaluates the promises that apply to a run. A promise that judged
+// no observation fails, whatever it measured.
 func checks(m *measures) []Check {
 	var out []Check
 	label := m.plan.layer
@@ -766,20 +820,23 @@ func checks(m *measures) []Check {
 		if rung(m.plan.layer) < rung(p.layer) || len(p.variants) > 0 && !slices.Contains(p.variants, m.plan.variant) {
 			continue
 		}
-		measured, ok := p.eval(m)
+		measured, n, ok := p.eval(m)
 		out = append(out, Check{
-			Scenario: m.plan.scenario,
-			Layer:    label,
-			Promise:  p.text,
-			Measured: measured,
-			OK:       ok,
+			Scenario:     m.plan.scenario,
+			Layer:        label,
+			Promise:      p.text,
+			Measured:     measured,
+			Observations: n,
+			Observed:     p.observed,
+			OK:           ok && n > 0,
 		})
 	}
 	return out
 }
 
 // predictions sets the formula beside the measured calls per expiry of
-// every open-loop hot-key run under none, coalescing or lease.
+// every open-loop hot-key run under none, coalescing or lease. They are
+// checks only in a preset.
 func predictions(o *Options, runs []Run) []Prediction {
 	if o.ClosedLoop {
 		return nil
@@ -797,13 +854,18 @@ func predictions(o *Options, runs []Run) []Prediction {
 		if !ok {
 			continue
 		}
+		band, note := predictionBand(r.Layer, p, r.Expiries, o.Latency)
 		out = append(out, Prediction{
 			Preset:    name,
 			Layer:     r.Layer,
 			What:      "calls per expiry",
 			Predicted: p,
 			Measured:  r.CallsPerExpiry,
-			Within:    r.Expiries > 0 && within(p, r.CallsPerExpiry),
+			Expiries:  r.Expiries,
+			Band:      band,
+			Within:    r.Expiries > 0 && within(p, r.CallsPerExpiry, band),
+			Checked:   o.Preset != "",
+			Note:      note,
 		})
 	}
 	return out

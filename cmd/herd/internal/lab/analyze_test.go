@@ -197,10 +197,14 @@ func TestChecksApply(t *testing.T) {
 		t.Errorf("flush/coalescing with 3 loads per replica per key: %+v, want one failed per-replica check", cs)
 	}
 	m.plan.layer, m.maxPerReplicaKey, m.maxPerKey = "swr", 1, 1
-	if cs := checks(m); len(cs) != 2 || !cs[0].OK || !cs[1].OK {
-		t.Errorf("flush/swr with one load per key: %+v, want the coalescing and lease promises, passed", cs)
+	if cs := checks(m); len(cs) != 2 || cs[0].OK || cs[1].OK || cs[0].Observations != 0 {
+		t.Errorf("flush/swr with no key loaded: %+v, want the coalescing and lease promises, failed: nothing judged", cs)
 	}
-	m.plan.layer, m.peakReplica = "limiter", limiterSlots+1
+	m.keysLoaded, m.pairsLoaded = 20, 45
+	if cs := checks(m); len(cs) != 2 || !cs[0].OK || !cs[1].OK || cs[0].Observations != 45 || cs[1].Observations != 20 {
+		t.Errorf("flush/swr with one load per key: %+v, want the coalescing and lease promises, passed over 45 and 20", cs)
+	}
+	m.plan.layer, m.peakReplica, m.allCalls = "limiter", limiterSlots+1, 60
 	cs := checks(m)
 	if len(cs) != 3 || cs[2].OK || !strings.Contains(cs[2].Promise, "limiter's cap") {
 		t.Errorf("flush/limiter over the cap: %+v, want a failed limiter check third", cs)
@@ -210,7 +214,7 @@ func TestChecksApply(t *testing.T) {
 	if cs := checks(cold); len(cs) != 0 {
 		t.Errorf("cold-start/none cold has promises %v, want none", promisesOf(cs))
 	}
-	warm := &measures{plan: plan{"cold-start", "none", "warm"}, waitedWarm: 3}
+	warm := &measures{plan: plan{"cold-start", "none", "warm"}, waitedWarm: 3, warmRequests: 50}
 	if cs := checks(warm); len(cs) != 1 || cs[0].OK || cs[0].Layer != "none (warm)" {
 		t.Errorf("cold-start/none warm with 3 waits: %+v, want one failed warm check", cs)
 	}
@@ -234,7 +238,7 @@ func TestChecksApply(t *testing.T) {
 	}
 
 	// Refresh-ahead's promises apply from its rung only.
-	hot.plan.layer, hot.run.Expiries = "limiter", 3
+	hot.plan.layer, hot.run.Expiries, hot.allCalls = "limiter", 3, 4
 	hot.loadsPerTTL, hot.staleBeforeRefresh, hot.aheadRefreshes = 1.3, 1, 0
 	if cs := checks(hot); len(cs) != 4 {
 		t.Errorf("hot-key/limiter: %d checks %v, want 4, none of refresh-ahead", len(cs), promisesOf(cs))
@@ -267,6 +271,7 @@ func TestFleetChecks(t *testing.T) {
 			plan: plan{"cold-start", "none", "fleet"},
 			hot:  4, hotSetKeys: 4, minWarmed: 4, maxWarmed: 4,
 			minReadShare: 0.976, minHottest: 3,
+			warmRequests: 90, warmedTotal: 12, replicasWarmed: 3,
 		}
 	}
 	cs := checks(good())
@@ -284,8 +289,8 @@ func TestFleetChecks(t *testing.T) {
 	}
 	m := good()
 	m.plan.layer = "limiter"
-	if cs := checks(m); len(cs) != 6 || cs[0].Layer != "limiter (fleet)" {
-		t.Errorf("cold-start/limiter fleet: %d checks, want the fleet's 3, coalescing's, the lease's and the limiter's", len(cs))
+	if cs := checks(m); len(cs) != 3 || cs[0].Layer != "limiter (fleet)" {
+		t.Errorf("cold-start/limiter fleet: %d checks, want the fleet's 3 (it loads nothing for the others to judge)", len(cs))
 	}
 
 	for name, tc := range map[string]struct {
@@ -303,6 +308,8 @@ func TestFleetChecks(t *testing.T) {
 		"an empty hot set": {func(m *measures) {
 			m.hotSetKeys, m.minWarmed, m.maxWarmed, m.minReadShare, m.minHottest = 0, 0, 0, 0, 0
 		}, []int{1, 2}},
+		"no request for a warmed key": {func(m *measures) { m.warmRequests = 0 }, []int{0}},
+		"no replica warmed":           {func(m *measures) { m.replicasWarmed, m.warmedTotal = 0, 0 }, []int{1, 2}},
 	} {
 		m := good()
 		tc.edit(m)
@@ -315,6 +322,51 @@ func TestFleetChecks(t *testing.T) {
 		if !slices.Equal(failed, tc.failed) {
 			t.Errorf("%s: checks %v failed, want %v", name, failed, tc.failed)
 		}
+	}
+}
+
+// TestChecksWithoutObservationsFail checks that every promise of every
+// scenario and variant, on the top rung, fails when it judged nothing,
+// however good what it measured looks, and says it judged 0 of what.
+func TestChecksWithoutObservationsFail(t *testing.T) {
+	n := 0
+	for sc := range promises {
+		variants := []string{""}
+		if sc == "cold-start" {
+			variants = []string{"cold", "warm", "fleet"}
+		}
+		for _, v := range variants {
+			m := &measures{plan: plan{sc, Layers[len(Layers)-1], v}, loadsPerTTL: 1, aheadRefreshes: 3}
+			for _, c := range checks(m) {
+				n++
+				if c.OK || c.Observations != 0 || c.Observed == "" {
+					t.Errorf("%s/%s: %q with nothing judged: ok %v, %d %q; want failed, 0 and what it counts",
+						sc, v, c.Promise, c.OK, c.Observations, c.Observed)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d checks evaluated", n)
+	}
+}
+
+// TestNodeKillChecks checks node-kill's promises: they judge the loads and
+// the requests while the node was down, and hold over them.
+func TestNodeKillChecks(t *testing.T) {
+	m := &measures{plan: plan{"node-kill", "coalescing", ""}, maxPerReplicaKeyDown: 1, downLoads: 21, downRequests: 93}
+	cs := checks(m)
+	if len(cs) != 2 || !cs[0].OK || !cs[1].OK || cs[0].Observations != 21 || cs[0].Observed != "loads while down" ||
+		cs[1].Observations != 93 || cs[1].Observed != "requests while down" {
+		t.Errorf("node-kill/coalescing: %+v, want both passed over 21 loads and 93 requests while down", cs)
+	}
+	m.maxPerReplicaKeyDown, m.avoidableErrors = 2, 1
+	if cs := checks(m); cs[0].OK || cs[1].OK {
+		t.Errorf("node-kill/coalescing with 2 loads of a key on a replica and an error: %+v, want both failed", cs)
+	}
+	m = &measures{plan: plan{"node-kill", "lease", ""}, maxPerReplicaKeyDown: 0, downRequests: 93}
+	if cs := checks(m); cs[0].OK || cs[0].Measured != "max 0" || cs[0].Observations != 0 {
+		t.Errorf("node-kill/lease with no load while down: %+v, want failed, nothing judged", cs[0])
 	}
 }
 
@@ -418,6 +470,51 @@ func TestPresets(t *testing.T) {
 	}
 	if got, _ := Predict("none", 1, 1, time.Millisecond); got != 1 {
 		t.Errorf("Predict(none) below one call = %v, want 1 (the call that recomputes)", got)
+	}
+}
+
+// TestPredictionBand checks the band of a prediction: ±20% for a long
+// run or a layer set by the replica count, wider (three standard deviations
+// of the mean of few expiries) for --quick's unprotected hot key, with a
+// note saying why and how many expiries ±20% needs.
+func TestPredictionBand(t *testing.T) {
+	q := Quick()
+	p, _ := Predict("none", q.Replicas, q.Rate, q.Latency.Mean()) // 24
+	band, note := predictionBand("none", p, 2, q.Latency)
+	// √((1/24 + 0.2²)/2) = 0.202, three of it.
+	if math.Abs(band-0.606) > 0.001 {
+		t.Errorf("--quick none over 2 expiries: band %.3f, want 0.606", band)
+	}
+	for _, want := range []string{"±61% rather than ±20%", "the mean of 2 expiries", "±20% needs 19 expiries"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("note %q lacks %q", note, want)
+		}
+	}
+	if band, note := predictionBand("none", p, 19, q.Latency); band != minBand || note != "" {
+		t.Errorf("--quick none over 19 expiries: band %v, note %q; want ±20%%, none", band, note)
+	}
+	for _, name := range Presets {
+		o, _ := PresetOptions(name)
+		p, _ := Predict("none", o.Replicas, o.Rate, o.Latency.Mean())
+		if band, note := predictionBand("none", p, 5, o.Latency); band != minBand || note != "" {
+			t.Errorf("%s none over 5 expiries: band %v, note %q; want ±20%%", name, band, note)
+		}
+	}
+	if band, note := predictionBand("coalescing", 3, 2, q.Latency); band != minBand || note != "" {
+		t.Errorf("coalescing: band %v, note %q; want ±20%%", band, note)
+	}
+	if _, note := predictionBand("none", p, 0, q.Latency); !strings.Contains(note, "no expiry measured") {
+		t.Errorf("no expiry: note %q", note)
+	}
+
+	runs := []Run{{Scenario: "hot-key", Layer: "none", Expiries: 2, CallsPerExpiry: 17}}
+	ps := predictions(&q, runs)
+	if len(ps) != 1 || !ps[0].Within || ps[0].Checked || ps[0].Band != band || ps[0].Expiries != 2 || ps[0].Note == "" {
+		t.Errorf("--quick none at 17 (0.71×) over 2 expiries: %+v, want within its band, not a check, with a note", ps)
+	}
+	runs[0].CallsPerExpiry = 40
+	if ps := predictions(&q, runs); ps[0].Within {
+		t.Errorf("--quick none at 40 (1.67×): %+v, want outside its band", ps[0])
 	}
 }
 

@@ -47,7 +47,9 @@
 // spread over one TTL; at a quarter of the run the node dies (memory:
 // SetDown; spawned Redis: SIGKILL, then a restart on the same port, empty)
 // for 0.8 TTL, so each key expires at most once per replica while it is
-// down. cold-start: empty replicas take traffic at once (variant cold),
+// down. On Redis every client fails at once on the dead node (one dial
+// attempt, no retry), so the caches' breakers open and the replicas load
+// while it is down, as with the embedded store. cold-start: empty replicas take traffic at once (variant cold),
 // first all warm the hottest fifth of the keys with Cache.Warm, through the
 // backing store (variant warm), or warm it from the fleet (variant fleet).
 // There every cache of the run shares its hot keys (ShareHotKeys the size
@@ -107,13 +109,30 @@
 //	            ahead: ≤ 1.2 loads per soft TTL after warm-up, and every refresh began
 //	            before its value expired (no stale serve before its refresh began)
 //	flush       coalescing: ≤ 1 load per replica per key; lease: ≤ 1 load per key
-//	cold-start  the same, and with warmup (every rung) no client waited on a warmed key;
-//	            warm from the fleet (every rung: all share the remote tier): no backing-store
-//	            call while warming, each replica holding every key of the hot set, keys that
-//	            take ≥ 90% of the hottest fifth's reads
+//	cold-start  the same (cold and warm), and with warmup (every rung) no client waited
+//	            on a warmed key; warm from the fleet (every rung: all share the remote
+//	            tier): no backing-store call while warming, each replica holding every key
+//	            of the hot set, keys that take ≥ 90% of the hottest fifth's reads
 //	node-kill   coalescing: ≤ 1 load per replica per key per expiry while down, and no
 //	            client error the backing store could have answered (shed requests aside)
-//	everywhere  limiter: peak backing-store concurrency ≤ 4 per replica
+//	everywhere  limiter: peak backing-store concurrency ≤ 4 per replica (cold-start: cold
+//	            and warm)
+//
+// Each check records how many observations it judged and what they are:
+// hot-key's the expiries; flush's and cold-start's the keys loaded (per
+// replica, or fleet-wide) and the requests for warmed keys; node-kill's the
+// loads and the requests while the node was down; the limiter's every
+// backing-store call of the run; the fleet's the keys warmed and the
+// replicas. A check that judged none fails, whatever it measured: a run
+// too short for the key to expire, or an outage no key expired in, shows
+// nothing. Warming from the fleet loads no key, so the promises that judge
+// loads (per key, the limiter's) do not apply to it.
+//
+// [Figures] lists the scenario-specific figures of Run.Extra with a label
+// and a sentence each. Every run of a suite counts the backing-store calls
+// it starts in buckets of one width (at most 120 over --duration), so the
+// timelines of a suite compare. In results.json durations are in
+// milliseconds, named with an _ms suffix.
 //
 // Refresh-ahead starts each refresh a load's duration plus a fifth before
 // its value's soft expiry (the duration herd plans by: the larger of the
@@ -126,5 +145,11 @@
 //
 // For open-loop hot-key runs under none, coalescing and lease, [Predict]
 // sets the formula (replicas × rate × mean recompute, replicas, 1) beside
-// the measured calls per expiry.
+// the measured calls per expiry, which must lie within a band of ±20%.
+// Unprotected, the calls of an expiry are Poisson arrivals over a recompute
+// of varying length, so the mean of the few expiries a --quick run measures
+// varies by more than that: the band widens to three standard deviations of
+// that mean, and the prediction says why and how many expiries ±20% needs.
+// Only a preset's predictions are checks; one outside its band is noted on
+// Options.Notes whether or not it is.
 package lab

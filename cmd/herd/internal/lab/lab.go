@@ -361,7 +361,45 @@ func Predict(layer string, replicas int, rate float64, latency time.Duration) (c
 	return 0, false
 }
 
-// within reports whether measured lies within ±20% of predicted.
-func within(predicted, measured float64) bool {
-	return math.Abs(measured-predicted) <= 0.2*predicted
+// minBand is the relative tolerance of a prediction: ±20%.
+const minBand = 0.2
+
+// predictionBand returns the relative band around predicted calls per
+// expiry that the mean of n measured expiries must lie in, and why it is
+// wider than minBand (or why nothing could be measured); note is empty
+// otherwise. Unprotected, the calls of one expiry are the Poisson arrivals
+// during one recompute: their number varies by 1/√predicted of itself (one
+// standard deviation) and the recompute's length by the latency's
+// coefficient of variation cv, so the mean of n expiries varies by
+// σ = √(1/predicted + cv²)/√n. The band is 3σ, at least minBand: a
+// --quick run measures two or three expiries, too few to hold ±20% (about
+// 20 are needed). Coalescing and the lease are set by the replica count,
+// not by chance: their band is minBand.
+func predictionBand(layer string, predicted float64, n int64, l Latency) (band float64, note string) {
+	if n <= 0 {
+		return minBand, "no expiry measured: make --duration longer than --ttl"
+	}
+	if layer != "none" || predicted <= 0 {
+		return minBand, ""
+	}
+	cv := l.CV()
+	v := 1/predicted + cv*cv
+	sigma := math.Sqrt(v / float64(n))
+	if 3*sigma <= minBand {
+		return minBand, ""
+	}
+	need := int(math.Ceil(9 * v / (minBand * minBand)))
+	expiries := "expiries"
+	if n == 1 {
+		expiries = "expiry"
+	}
+	return 3 * sigma, fmt.Sprintf("±%.0f%% rather than ±20%%: with %.3g calls expected per recompute (Poisson arrivals) "+
+		"and recompute times spread by %.0f%%, the mean of %d %s varies by ±%.0f%% at one standard deviation; "+
+		"the band is three. ±20%% needs %d expiries or more (a longer --duration).",
+		300*sigma, predicted, 100*cv, n, expiries, 100*sigma, need)
+}
+
+// within reports whether measured lies within ±band (relative) of predicted.
+func within(predicted, measured, band float64) bool {
+	return math.Abs(measured-predicted) <= band*predicted
 }

@@ -119,6 +119,22 @@ func (l Latency) Mean() time.Duration {
 	return l.A
 }
 
+// CV returns the distribution's coefficient of variation: its standard
+// deviation over its mean.
+func (l Latency) CV() float64 {
+	m := float64(l.Mean())
+	if m <= 0 {
+		return 0
+	}
+	switch l.Kind {
+	case "lognormal":
+		return float64(l.B) / m
+	case "uniform":
+		return float64(l.B-l.A) / math.Sqrt(12) / m
+	}
+	return 0
+}
+
 // String describes the distribution, e.g. "lognormal(mean=250ms,sd=50ms)".
 func (l Latency) String() string {
 	switch l.Kind {

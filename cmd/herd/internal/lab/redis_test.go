@@ -38,16 +38,19 @@ func TestSpawnedRedis(t *testing.T) {
 		t.Errorf("backend %q", s.Backend)
 	}
 	for _, c := range s.Checks {
-		if !c.OK {
-			t.Errorf("check failed: %+v", c)
+		if !c.OK || c.Observations == 0 {
+			t.Errorf("check failed or judged nothing: %+v", c)
 		}
 	}
 	if len(s.Checks) != 4 {
 		t.Errorf("%d checks, want 4 (flush: per replica and per key; node-kill: per replica while down and errors)", len(s.Checks))
 	}
 	for _, r := range s.Runs {
-		if r.Scenario == "node-kill" && r.Extra["down_ms"] <= 0 {
-			t.Errorf("node-kill: the node was down %vms", r.Extra["down_ms"])
+		// The clients fail at once on the dead node, so the breaker opens
+		// and the replicas load on their own while it is down.
+		if r.Scenario == "node-kill" && (r.Extra["down_ms"] <= 0 || r.Extra["calls_while_down"] == 0) {
+			t.Errorf("node-kill: %v backing-store calls while the node was down %vms; want some",
+				r.Extra["calls_while_down"], r.Extra["down_ms"])
 		}
 		if r.Scenario == "flush" && (r.OriginCalls == 0 || r.Extra["max_calls_per_key"] != 1) {
 			t.Errorf("flush: %d calls, at most %v per key; want the keys reloaded once each", r.OriginCalls, r.Extra["max_calls_per_key"])
@@ -76,8 +79,8 @@ func TestSpawnedRedisFleet(t *testing.T) {
 			n++
 		}
 	}
-	if n != 5 {
-		t.Errorf("%d checks of lease (fleet), want 5 (the fleet's 3, per replica and per key)", n)
+	if n != 3 {
+		t.Errorf("%d checks of lease (fleet), want the fleet's 3", n)
 	}
 	for _, r := range s.Runs {
 		if r.Variant == "fleet" && (r.OriginCalls != 0 || r.Extra["hot_set_keys"] != 2 || r.Extra["warmed_keys"] != 2) {

@@ -1,8 +1,14 @@
 package lab
 
-import "time"
+import (
+	"encoding/json"
+	"math"
+	"time"
+)
 
-// Suite is everything one `herd lab` invocation measured.
+// Suite is everything one `herd lab` invocation measured. In JSON every
+// duration is a number of milliseconds, named with an _ms suffix as in
+// results.csv.
 type Suite struct {
 	Started   time.Time `json:"started"`
 	Finished  time.Time `json:"finished"`
@@ -13,7 +19,8 @@ type Suite struct {
 	Runs      []Run     `json:"runs"`
 	// Checks holds one line per promise checked (only with --check).
 	Checks []Check `json:"checks,omitempty"`
-	// Predictions holds predicted vs measured figures of a preset.
+	// Predictions holds the formula's calls per expiry beside the measured
+	// ones, for open-loop hot-key runs under none, coalescing and lease.
 	Predictions []Prediction `json:"predictions,omitempty"`
 }
 
@@ -30,10 +37,36 @@ type Config struct {
 	Latency       string        `json:"latency"` // recompute latency distribution, e.g. "lognormal(mean=250ms,sd=50ms)"
 	Capacity      int           `json:"capacity"`
 	FailureRate   float64       `json:"failure_rate"`
-	TTL           time.Duration `json:"ttl"`
-	Duration      time.Duration `json:"duration"`
-	ClientTimeout time.Duration `json:"client_timeout"`
+	TTL           time.Duration `json:"-"` // ttl_ms in JSON
+	Duration      time.Duration `json:"-"` // duration_ms in JSON
+	ClientTimeout time.Duration `json:"-"` // client_timeout_ms in JSON
 	Seed          uint64        `json:"seed"`
+}
+
+// configJSON is Config as JSON has it: durations in milliseconds.
+type configJSON struct {
+	*plainConfig
+	TTL           float64 `json:"ttl_ms"`
+	Duration      float64 `json:"duration_ms"`
+	ClientTimeout float64 `json:"client_timeout_ms"`
+}
+
+type plainConfig Config
+
+// MarshalJSON writes c with its durations in milliseconds.
+func (c Config) MarshalJSON() ([]byte, error) {
+	p := plainConfig(c)
+	return json.Marshal(configJSON{&p, msOf(c.TTL), msOf(c.Duration), msOf(c.ClientTimeout)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	v := configJSON{plainConfig: (*plainConfig)(c)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	c.TTL, c.Duration, c.ClientTimeout = fromMS(v.TTL), fromMS(v.Duration), fromMS(v.ClientTimeout)
+	return nil
 }
 
 // Run is one scenario under one layer of protection.
@@ -56,18 +89,48 @@ type Run struct {
 	// an origin call.
 	WaitedOnOrigin int64 `json:"waited_on_origin"`
 
-	P50  time.Duration `json:"p50"`
-	P99  time.Duration `json:"p99"`
-	P999 time.Duration `json:"p999"`
+	// Client latency percentiles; p50_ms, p99_ms and p999_ms in JSON.
+	P50  time.Duration `json:"-"`
+	P99  time.Duration `json:"-"`
+	P999 time.Duration `json:"-"`
 
-	// Timeline is origin calls started per Bucket since the run began.
-	Bucket   time.Duration `json:"bucket"`
+	// Timeline is origin calls started per Bucket since the run began
+	// (bucket_ms in JSON); every run of a suite has the same Bucket.
+	Bucket   time.Duration `json:"-"`
 	Timeline []int64       `json:"timeline"`
 	// Concurrency is the peak origin concurrency in each bucket.
 	Concurrency []int `json:"concurrency"`
 
-	// Extra holds scenario-specific figures (e.g. "loads_per_replica_while_down").
+	// Extra holds scenario-specific figures, keyed by the names [Figures]
+	// lists (e.g. "calls_while_down").
 	Extra map[string]float64 `json:"extra,omitempty"`
+}
+
+// runJSON is Run as JSON has it: durations in milliseconds.
+type runJSON struct {
+	*plainRun
+	P50    float64 `json:"p50_ms"`
+	P99    float64 `json:"p99_ms"`
+	P999   float64 `json:"p999_ms"`
+	Bucket float64 `json:"bucket_ms"`
+}
+
+type plainRun Run
+
+// MarshalJSON writes r with its durations in milliseconds.
+func (r Run) MarshalJSON() ([]byte, error) {
+	p := plainRun(r)
+	return json.Marshal(runJSON{&p, msOf(r.P50), msOf(r.P99), msOf(r.P999), msOf(r.Bucket)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *Run) UnmarshalJSON(b []byte) error {
+	v := runJSON{plainRun: (*plainRun)(r)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	r.P50, r.P99, r.P999, r.Bucket = fromMS(v.P50), fromMS(v.P99), fromMS(v.P999), fromMS(v.Bucket)
+	return nil
 }
 
 // Check is one promise of a layer in a scenario, and whether it held.
@@ -76,16 +139,43 @@ type Check struct {
 	Layer    string `json:"layer"`
 	Promise  string `json:"promise"`
 	Measured string `json:"measured"`
-	OK       bool   `json:"ok"`
+	// Observations is how many things the check judged, and Observed what
+	// they are ("expiries", "calls while down", "requests for warmed
+	// keys", …). A check with no observation fails: nothing showed that
+	// its promise held.
+	Observations int64  `json:"observations"`
+	Observed     string `json:"observed"`
+	OK           bool   `json:"ok"`
 }
 
-// Prediction sets the formula's figure beside the measured one.
+// Prediction sets the formula's calls per expiry beside the measured mean.
 type Prediction struct {
+	// Preset names the preset of the suite, "flags" for none.
 	Preset    string  `json:"preset"`
 	Layer     string  `json:"layer"`
 	What      string  `json:"what"`
 	Predicted float64 `json:"predicted"`
 	Measured  float64 `json:"measured"`
-	// Within reports whether measured lies within ±20% of predicted.
+	// Expiries is how many expiry events Measured is the mean of.
+	Expiries int64 `json:"expiries"`
+	// Band is the relative tolerance: the prediction holds when Measured
+	// lies within ±Band × Predicted. It is 0.2, or wider when the
+	// measured mean of few expiries varies more than that by chance.
+	Band float64 `json:"band"`
+	// Within reports whether Measured lies within the band; never with no
+	// expiry measured.
 	Within bool `json:"within"`
+	// Checked reports whether the prediction is also a check (a preset's).
+	Checked bool `json:"checked"`
+	// Note says why the band is wider than ±20%, or why nothing was
+	// measured; empty otherwise.
+	Note string `json:"note,omitempty"`
+}
+
+// msOf converts d to milliseconds.
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fromMS converts milliseconds to a duration, to the nearest nanosecond.
+func fromMS(ms float64) time.Duration {
+	return time.Duration(math.Round(ms * float64(time.Millisecond)))
 }

@@ -1,0 +1,82 @@
+package lab
+
+// Figure describes one scenario-specific figure of [Run.Extra].
+type Figure struct {
+	// Key is the figure's name in Run.Extra and results.json.
+	Key string
+	// Label is its name for people, e.g. "calls while Redis is down".
+	Label string
+	// Doc says in one sentence what it counts.
+	Doc string
+}
+
+// Figures lists every figure a run may report in Extra, in the order a
+// report shows them. The remote tier is called Redis, which the embedded
+// store stands for.
+var Figures = []Figure{
+	// hot-key
+	{"max_calls_per_expiry", "max calls in one expiry",
+		"the most backing-store calls of any one expiry event after warm-up, fleet-wide (failed calls aside)"},
+	{"max_calls_per_replica_per_expiry", "max calls per replica in one expiry",
+		"the most backing-store calls one replica made in any one expiry event (failed calls aside)"},
+	{"loads_per_ttl", "loads per soft TTL",
+		"loads of the expiries after warm-up per soft TTL of time: 1 when each value is replaced once and lives a whole TTL"},
+	{"stale_before_refresh", "stale serves before their refresh began",
+		"stale values served when no refresh was running nor had just ended: the refresh began only after its value expired"},
+	{"late_refreshes", "late refreshes",
+		"refreshes whose value reached some replica only after the old one had expired (stale serves came during them)"},
+	{"ahead_refreshes", "refreshes ahead of expiry",
+		"refreshes refresh-ahead started on its timer before the value's soft expiry (Stats.AheadRefreshes)"},
+	// flush and cold-start
+	{"keys_loaded", "keys loaded",
+		"keys loaded at least once after the flush (flush) or the start (cold-start)"},
+	{"max_calls_per_key", "max calls per key",
+		"the most backing-store calls for one key after the flush or the start, fleet-wide (failed calls aside)"},
+	{"max_calls_per_replica_per_key", "max calls per replica per key",
+		"the most backing-store calls one replica made for one key after the flush or the start (failed calls aside)"},
+	{"waited_on_warmed_keys", "requests that waited on a warmed key",
+		"requests for a key the replica had warmed whose answer still waited for a backing-store call"},
+	{"warm_calls", "calls while warming",
+		"backing-store calls that started while the replicas warmed, before traffic"},
+	{"warm_failed", "keys that failed to warm",
+		"keys whose warming failed, over every replica"},
+	{"veteran_reads", "veteran's reads",
+		"reads a cache of the running fleet made, with the keys' popularity, to fill the fleet's hot set"},
+	{"veteran_errors", "veteran's failed reads",
+		"reads of that cache that failed"},
+	{"hot_set_keys", "keys in the fleet's hot set",
+		"keys the Store's hot set held when the replicas warmed from it"},
+	{"warmed_keys", "keys warmed (worst replica)",
+		"keys the local tier of the replica holding the fewest held once WarmHot returned"},
+	{"warmed_hottest", "hottest keys warmed (worst replica)",
+		"how many of the hottest fifth of the keys the worst replica warmed"},
+	{"warmed_read_share", "share of the hottest fifth's reads warmed (worst replica)",
+		"the share of the reads of the hottest fifth that the keys the worst replica warmed take (1 = exactly those keys)"},
+	{"warm_errors", "failed WarmHot calls",
+		"WarmHot calls that returned an error"},
+	// node-kill
+	{"down_ms", "time Redis was down (ms)",
+		"milliseconds from the kill to the restart"},
+	{"requests_while_down", "requests while Redis is down",
+		"client requests that began while the node was down"},
+	{"calls_while_down", "calls while Redis is down",
+		"backing-store calls that began while the node was down: each replica loading on its own"},
+	{"max_calls_per_replica_per_key_per_expiry_while_down", "max calls per replica per key per expiry while Redis is down",
+		"the most backing-store calls one replica made for one key in one expiry event while the node was down (failed calls aside)"},
+	{"avoidable_errors", "errors the backing store could have answered",
+		"requests that failed for another reason than being shed or a failed backing-store call (a timeout, an error of the remote tier)"},
+	// limiter and above
+	{"peak_per_replica", "peak calls in flight per replica",
+		"the most backing-store calls one replica had in flight at once (the limiter caps it)"},
+}
+
+// FigureOf returns the description of the figure named key; for a key
+// [Figures] does not list, one whose label is the key itself.
+func FigureOf(key string) Figure {
+	for _, f := range Figures {
+		if f.Key == key {
+			return f
+		}
+	}
+	return Figure{Key: key, Label: key}
+}
