@@ -3,15 +3,50 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/herdcache/herd/cmd/herd/internal/lab"
+	"github.com/herdcache/herd/cmd/herd/internal/lab/report"
 )
+
+// TestMain runs the command itself, as main does, when the test binary is
+// started again by herdProcess.
+func TestMain(m *testing.M) {
+	if os.Getenv("HERD_TEST_RUN_COMMAND") == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// herdProcess runs the command in a process of its own (this test binary,
+// started again), so that what any library writes to the process's own
+// stderr shows; it returns the exit code and output.
+func herdProcess(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "HERD_TEST_RUN_COMMAND=1")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return code, out.String(), errOut.String()
+}
 
 // herd runs the command in-process and returns its exit code and output.
 func herd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -127,7 +162,9 @@ func TestOptions(t *testing.T) {
 }
 
 // TestRunWritesReport runs a small embedded suite in-process: the table on
-// stdout, the report files in --out, exit 0 when every promise holds.
+// stdout, the report files in --out, exit 0 when every promise holds; every
+// check in results.json and checks.csv carries the observations it judged,
+// and results.json gives durations in milliseconds.
 func TestRunWritesReport(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	code, stdout, stderr := herd(t, "lab", "--scenarios", "hot-key", "--layers", "none,lease",
@@ -136,21 +173,58 @@ func TestRunWritesReport(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	for _, want := range []string{"scenario hot-key", "open-loop (Poisson arrivals)", "PASS  hot-key / lease"} {
+	for _, want := range []string{"scenario hot-key", "open-loop (Poisson arrivals)", "PASS  hot-key / lease", "expiries)\n"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
-	for _, f := range []string{"results.json", "results.csv", "report.html"} {
+	for _, f := range report.Files {
 		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+	if want := "wrote results.json, results.csv, checks.csv, report.html to " + dir; !strings.Contains(stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	}
+
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Config map[string]any   `json:"config"`
+		Runs   []map[string]any `json:"runs"`
+		Checks []map[string]any `json:"checks"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Checks) == 0 {
+		t.Fatal("results.json has no checks")
+	}
+	for _, c := range doc.Checks {
+		n, ok := c["observations"].(float64)
+		if !ok || n < 1 || c["observed"] == "" || c["ok"] != true {
+			t.Errorf("check %v: want it passed, with the observations it judged", c)
+		}
+	}
+	if doc.Config["ttl_ms"] != 100.0 || doc.Runs[0]["bucket_ms"] != 10.0 || doc.Runs[0]["p99_ms"] == nil {
+		t.Errorf("durations in results.json: config %v, run %v; want milliseconds under _ms names", doc.Config, doc.Runs[0])
+	}
+	f, err := os.Open(filepath.Join(dir, "checks.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) != 1+len(doc.Checks) || rows[0][4] != "observations" {
+		t.Errorf("checks.csv: %v rows %q, want a header and one row per check", err, rows)
 	}
 }
 
 // TestCheckFailsExit1 checks that a promise that cannot be shown to hold
 // exits 1 and names it: a run too short for the key to expire measures no
-// expiry, so "≤ 1 load per replica per expiry" is unverified.
+// expiry, so "≤ 1 load per replica per expiry" judged nothing.
 func TestCheckFailsExit1(t *testing.T) {
 	code, stdout, stderr := herd(t, "lab", "--scenarios", "hot-key", "--layers", "coalescing",
 		"--replicas", "1", "--rate", "20", "--latency", "fixed:5ms", "--ttl", "1m",
@@ -158,10 +232,93 @@ func TestCheckFailsExit1(t *testing.T) {
 	if code != exitFail {
 		t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	if !strings.Contains(stderr, "1 promise(s) missed") || !strings.Contains(stderr, "hot-key / coalescing: ≤ 1 load per replica per expiry") {
-		t.Errorf("stderr does not name the missed promise:\n%s", stderr)
+	if !strings.Contains(stderr, "1 promise(s) missed") ||
+		!strings.Contains(stderr, "hot-key / coalescing: ≤ 1 load per replica per expiry (measured max 0; judged 0 expiries)") {
+		t.Errorf("stderr does not name the missed promise and what it judged:\n%s", stderr)
 	}
-	if !strings.Contains(stdout, "FAIL  hot-key / coalescing") {
+	if !strings.Contains(stdout, "FAIL  hot-key / coalescing: ≤ 1 load per replica per expiry (measured max 0; judged 0 expiries: nothing to judge)") {
 		t.Errorf("table lacks the FAIL line:\n%s", stdout)
+	}
+}
+
+// TestNodeKillNothingDownExit1 forces node-kill to make no backing-store
+// call while the node is down (one replica, whose local tier holds every
+// key it seeded, and keys that live an hour, so none expires then): its
+// per-key promise judged nothing, fails, and --check exits 1, though the
+// maximum it measured (0) is within the promise.
+func TestNodeKillNothingDownExit1(t *testing.T) {
+	code, stdout, stderr := herd(t, "lab", "--scenarios", "node-kill", "--layers", "coalescing",
+		"--replicas", "1", "--rate", "50", "--keys", "5", "--latency", "fixed:5ms", "--ttl", "1h",
+		"--duration", "400ms", "--client-timeout", "500ms", "--check")
+	if code != exitFail {
+		t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	want := "node-kill / coalescing: ≤ 1 load per replica per key per expiry while Redis is down (measured max 0; judged 0 loads while down)"
+	if !strings.Contains(stderr, "1 promise(s) missed") || !strings.Contains(stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	}
+	if !strings.Contains(stdout, "PASS  node-kill / coalescing: no client error") {
+		t.Errorf("the error promise, which judged the requests while down, did not pass:\n%s", stdout)
+	}
+}
+
+// TestBadOutFailsAtOnce checks that an --out directory that cannot be
+// created or written is refused before any run, with exit 2.
+func TestBadOutFailsAtOnce(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := []string{filepath.Join(file, "out")}
+	if fi, err := os.Stat("/proc/self"); err == nil && fi.IsDir() {
+		bad = append(bad, "/proc/nope")
+	}
+	for _, dir := range bad {
+		// A whole default suite would take minutes: an exit before it
+		// shows that nothing ran.
+		code, stdout, stderr := herd(t, "lab", "--out", dir)
+		if code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, "herd lab: --out: cannot create directory "+dir) {
+			t.Errorf("--out %s: exit %d, stdout %q, stderr %q; want exit 2 and a clear error at once", dir, code, stdout, stderr)
+		}
+	}
+}
+
+// TestRedisUnreachableQuiet runs the command against a Redis that refuses
+// connections: it prints its own clear error and nothing of go-redis's
+// logging, which writes to the process's stderr (hence a process).
+func TestRedisUnreachableQuiet(t *testing.T) {
+	code, stdout, stderr := herdProcess(t, "lab", "--redis", "127.0.0.1:1", "--scenarios", "hot-key")
+	if code != exitFail || stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1", code, stdout, stderr)
+	}
+	want := "herd lab: redis at 127.0.0.1:1 does not answer: dial tcp 127.0.0.1:1: connect: connection refused\n"
+	if stderr != want {
+		t.Errorf("stderr:\n%s\nwant only:\n%s", stderr, want)
+	}
+}
+
+// TestPredictionMissNoted checks that a prediction outside its band is not
+// passed over in silence: the table says "outside" and stderr says what
+// missed and that without a preset it is not a check (exit 0). At 5
+// requests per second per replica, few replicas see a request while a
+// recompute runs, so coalescing loads about once per expiry where the
+// formula says once per replica.
+func TestPredictionMissNoted(t *testing.T) {
+	code, stdout, stderr := herd(t, "lab", "--scenarios", "hot-key", "--layers", "coalescing",
+		"--replicas", "4", "--rate", "5", "--latency", "fixed:20ms", "--ttl", "100ms",
+		"--duration", "1s", "--client-timeout", "500ms")
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if !regexp.MustCompile(`\n  coalescing +4 +[0-9.]+ +[0-9.]+× +±20% +[0-9]+ +outside\n`).MatchString(stdout) {
+		t.Errorf("the predictions do not show coalescing outside its band:\n%s", stdout)
+	}
+	for _, want := range []string{
+		"herd lab: note: prediction missed: hot-key/coalescing measured ",
+		"the formula 4 ±20% (not a check: only a --preset",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
 	}
 }

@@ -22,10 +22,15 @@ var pageSource string
 var pageTemplate = template.Must(template.New("report.html").Parse(pageSource))
 
 // WriteHTML writes report.html: a self-contained page (inline CSS and SVG,
-// no script, no external resource) with the configuration header, the
-// summary tables of WriteTable, predictions and checks when present, and
-// per scenario one origin-calls-per-second chart per Run (shared y scale)
-// and one chart of client latency percentiles by layer.
+// no script, no external resource) with the configuration header; how to
+// read it (the ladder of layers, the scenarios, the summary columns); the
+// summary tables of WriteTable, each followed by its scenario-specific
+// figures and their legend; predictions and checks when present, with
+// their columns explained; and per scenario one chart per Run of the
+// backing-store calls started per timeline bucket (shared y scale, the
+// bucket width on every chart) and one chart of client latency percentiles
+// by layer. Every table header carries its explanation (a title) and
+// appears in a visible legend.
 func WriteHTML(w io.Writer, s *lab.Suite) error {
 	if s == nil {
 		return errNilSuite
@@ -46,88 +51,141 @@ type page struct {
 	When           string
 	RunCount       int
 	Header         []field
-	Columns        []column
+	LadderIntro    string
+	Ladder         []term // the suite's layers
+	ScenarioDocs   []term
+	Columns        []head // of the summary tables
+	ColumnLegend   []term
 	Scenarios      []scenarioView
 	Predictions    []predictionRow
+	PredColumns    []head
+	PredLegend     []term
+	PredChecked    bool // the predictions are checks (a preset)
 	Checks         []checkRow
+	CheckColumns   []head
+	CheckLegend    []term
+	ChecksIntro    string
 	Passed, Failed int
 }
 
+// head is a table header and its explanation (its title, and an entry of a
+// legend on the page).
+type head struct {
+	Text, Doc string
+	Left      bool
+}
+
+// term is one entry of a legend.
+type term struct {
+	Term, Doc string
+}
+
 type scenarioView struct {
-	Name      string
-	Rows      [][]string  // summaryCells of each run
-	Extras    *extraTable // nil when no run of the scenario has extra figures
-	YMax      string      // shared top of the y axis of Timelines, in calls/s
-	Plotted   bool        // some run of the scenario has a timeline to plot
-	Timelines []timelineChart
-	Latency   latencyChart
+	Name         string
+	Rows         [][]string // summaryCells of each run
+	Figures      []figureView
+	FigureLegend []term
+	Bucket       string // width of the timeline buckets, e.g. "10 ms"; empty if the runs differ
+	YMax         string // shared top of the y axis of Timelines, in calls per bucket
+	Plotted      bool   // some run of the scenario has a timeline to plot
+	Timelines    []timelineChart
+	Latency      latencyChart
 }
 
-// extraTable pivots the scenario-specific figures: one row per run that
-// has any, one column per figure name; "-" where a run lacks a figure.
-type extraTable struct {
-	Names []string
-	Rows  [][]string // layer label, then one value per name
+// figureView is one table of scenario-specific figures: one row per
+// figure, one column per layer.
+type figureView struct {
+	Variant string
+	Columns []head
+	Rows    []figureRowView
 }
 
-func newExtraTable(runs []lab.Run) *extraTable {
-	seen := map[string]float64{}
-	for _, r := range runs {
-		for k, v := range r.Extra {
-			seen[k] = v
-		}
-	}
-	if len(seen) == 0 {
-		return nil
-	}
-	t := &extraTable{Names: sortedKeys(seen)}
-	for _, r := range runs {
-		if len(r.Extra) == 0 {
-			continue
-		}
-		row := []string{layerLabel(r)}
-		for _, k := range t.Names {
-			v, ok := r.Extra[k]
-			if !ok {
-				row = append(row, "-")
-				continue
-			}
-			row = append(row, fmtSig(v))
-		}
-		t.Rows = append(t.Rows, row)
-	}
-	return t
+type figureRowView struct {
+	Label, Doc string
+	Cells      []string
 }
 
 type predictionRow struct {
-	Preset, Layer, What        string
-	Predicted, Measured, Ratio string
-	Verdict                    string
-	Within                     bool
+	Layer, Predicted, Measured, Ratio string
+	Band, Expiries, Verdict, Note     string
+	Within                            bool
 }
 
 type checkRow struct {
 	Result, Scenario, Layer, Promise, Measured string
+	Observations                               string
+	Count                                      int64
 	OK                                         bool
+}
+
+// heads returns the HTML headers of cols.
+func heads(cols []column) []head {
+	out := make([]head, len(cols))
+	for i, c := range cols {
+		out[i] = head{Text: c.Long, Doc: c.Doc, Left: c.Left}
+	}
+	return out
+}
+
+// legend returns the legend entries of hs that explained has not seen,
+// and marks them seen.
+func legend(hs []head, explained map[string]bool) []term {
+	var out []term
+	for _, h := range hs {
+		if !explained[h.Text] {
+			explained[h.Text] = true
+			out = append(out, term{h.Text, h.Doc})
+		}
+	}
+	return out
 }
 
 func newPage(s *lab.Suite) page {
 	p := page{
-		Title:    "herd lab report",
-		When:     started(s),
-		RunCount: len(s.Runs),
-		Header:   headerFields(s),
-		Columns:  summaryColumns,
+		Title:       "herd lab report",
+		When:        started(s),
+		RunCount:    len(s.Runs),
+		Header:      headerFields(s),
+		LadderIntro: ladderIntro,
+		Columns:     heads(summaryColumns),
+		ChecksIntro: checksIntro,
 	}
 	if s.Config.Preset != "" {
 		p.Title += ": " + s.Config.Preset
 	}
+	explained := map[string]bool{}
+	for _, l := range ladder(s.Runs) {
+		p.Ladder = append(p.Ladder, term{l, layerDoc(l)})
+		explained[l] = true
+	}
+	p.ColumnLegend = legend(p.Columns, explained)
 	for _, g := range byScenario(s.Runs) {
+		doc, ok := lab.ScenarioDocs[g.Name]
+		if !ok {
+			doc = "a scenario this version of the lab does not know"
+		}
+		p.ScenarioDocs = append(p.ScenarioDocs, term{g.Name, doc})
+
 		v := scenarioView{Name: g.Name}
 		for _, r := range g.Runs {
 			v.Rows = append(v.Rows, summaryCells(r))
 		}
-		v.Extras = newExtraTable(g.Runs)
+		seen := map[string]bool{}
+		for _, fg := range figureGroups(g.Runs) {
+			fv := figureView{Variant: fg.Variant}
+			for _, l := range fg.Layers {
+				fv.Columns = append(fv.Columns, head{Text: l, Doc: layerDoc(l)})
+			}
+			for _, fr := range fg.Rows {
+				fv.Rows = append(fv.Rows, figureRowView{Label: fr.Figure.Label, Doc: figureDoc(fr.Figure), Cells: fr.Cells})
+				if !seen[fr.Figure.Label] {
+					seen[fr.Figure.Label] = true
+					v.FigureLegend = append(v.FigureLegend, term{fr.Figure.Label, figureDoc(fr.Figure)})
+				}
+			}
+			v.Figures = append(v.Figures, fv)
+		}
+		v.Bucket = commonBucket(g.Runs)
 		yMax, step := sharedScale(g.Runs)
 		v.YMax = fmtTick(yMax)
 		for _, r := range g.Runs {
@@ -138,21 +196,59 @@ func newPage(s *lab.Suite) page {
 		v.Latency = newLatencyChart(g.Name, g.Runs)
 		p.Scenarios = append(p.Scenarios, v)
 	}
+	if len(s.Predictions) > 0 {
+		p.PredColumns = heads(predictionColumns)
+		p.PredLegend = legend(p.PredColumns, explained)
+	}
 	for _, pr := range s.Predictions {
+		p.PredChecked = p.PredChecked || pr.Checked
 		p.Predictions = append(p.Predictions, predictionRow{
-			Preset: pr.Preset, Layer: pr.Layer, What: pr.What,
-			Predicted: fmtSig(pr.Predicted), Measured: fmtSig(pr.Measured),
-			Ratio: ratio(pr), Verdict: verdict(pr), Within: pr.Within,
+			Layer: pr.Layer, Predicted: fmtSig(pr.Predicted), Measured: fmtSig(pr.Measured),
+			Ratio: ratio(pr), Band: band(pr), Expiries: itoa(pr.Expiries), Verdict: verdict(pr),
+			Note: pr.Note, Within: pr.Within,
 		})
+	}
+	if len(s.Checks) > 0 {
+		p.CheckColumns = heads(checkColumns)
+		p.CheckLegend = legend(p.CheckColumns, explained)
 	}
 	for _, c := range s.Checks {
 		p.Checks = append(p.Checks, checkRow{
 			Result: passFail(c.OK), Scenario: c.Scenario, Layer: c.Layer,
-			Promise: c.Promise, Measured: c.Measured, OK: c.OK,
+			Promise: c.Promise, Measured: c.Measured,
+			Observations: observations(c), Count: c.Observations, OK: c.OK,
 		})
 	}
 	p.Passed, p.Failed = countChecks(s.Checks)
 	return p
+}
+
+// figureDoc is a figure's explanation, naming its key in results.json.
+func figureDoc(f lab.Figure) string {
+	doc := f.Doc
+	if doc == "" {
+		doc = "a figure this version of the report does not describe"
+	}
+	return doc + " (" + f.Key + " in results.json)"
+}
+
+// commonBucket returns the bucket width every run with a timeline shares,
+// formatted; empty when they differ or none has one.
+func commonBucket(runs []lab.Run) string {
+	var b time.Duration
+	for _, r := range runs {
+		if r.Bucket <= 0 || len(r.Timeline) == 0 {
+			continue
+		}
+		if b != 0 && r.Bucket != b {
+			return ""
+		}
+		b = r.Bucket
+	}
+	if b == 0 {
+		return ""
+	}
+	return fmtBucket(b)
 }
 
 // tick is one labelled position on an axis, in SVG units.
@@ -179,43 +275,56 @@ func newBox(w, h, left, top, right, bottom float64) box {
 	return b
 }
 
-// timelineChart is one Run's origin calls per second over time.
+// timelineChart is one Run's backing-store calls started per bucket.
 type timelineChart struct {
 	box
 	Scenario, Layer, Variant, Label string
-	YMax                            float64 // top of the y axis, calls/s
+	YMax                            float64 // top of the y axis, calls per bucket
+	Bucket                          string  // bucket width, e.g. "10 ms"
+	BucketMS                        float64 // bucket width in milliseconds
+	Unit                            string  // the y axis's label: "calls per 10 ms bucket"
 	Empty                           bool    // no timeline or no bucket width: nothing to plot
-	Path                            string  // step area of calls/s per bucket
+	Path                            string  // step area of calls per bucket
 	YTicks, XTicks                  []tick
 	MaxLabel                        string
 	MaxY, XTickEnd, XLabelY         float64
 	AxisLabelY                      float64
 }
 
-// rates converts a Run's timeline to origin calls per second per bucket;
-// nil when it cannot (no timeline, or a bucket width that is not positive).
-func rates(r lab.Run) []float64 {
+// counts returns a Run's timeline as calls per bucket; nil when there is
+// nothing to plot (no timeline, or a bucket width that is not positive).
+func counts(r lab.Run) []float64 {
 	if r.Bucket <= 0 || len(r.Timeline) == 0 {
 		return nil
 	}
-	sec := r.Bucket.Seconds()
 	out := make([]float64, len(r.Timeline))
 	for i, n := range r.Timeline {
-		out[i] = float64(n) / sec
+		out[i] = float64(n)
 	}
 	return out
 }
 
 // sharedScale returns the top of the y axis and the tick step shared by the
-// timeline charts of one scenario, from the highest rate of any of its runs.
+// timeline charts of one scenario, from the most calls any of its runs
+// started in one bucket: whole numbers of calls, at least 0 to 3.
 func sharedScale(runs []lab.Run) (yMax, step float64) {
 	peak := 0.0
 	for _, r := range runs {
-		for _, v := range rates(r) {
+		for _, v := range counts(r) {
 			peak = max(peak, v)
 		}
 	}
-	return niceScale(peak)
+	return countScale(peak)
+}
+
+// countScale is niceScale for counts: a whole step, a top of at least 3.
+func countScale(peak float64) (top, step float64) {
+	top, step = niceScale(max(peak, 3))
+	if step < 1 || step != math.Trunc(step) {
+		step = math.Max(1, math.Ceil(step))
+		top = math.Ceil(max(peak, 3)/step) * step
+	}
+	return top, step
 }
 
 // niceScale returns the lowest axis top at or above peak that is a
@@ -256,18 +365,21 @@ func newTimelineChart(r lab.Run, yMax, step float64) timelineChart {
 	c.XLabelY = c.Y1 + 16
 	c.AxisLabelY = c.H - 6
 	c.MaxY = c.Y0 - 8
-	rs := rates(r)
-	if rs == nil {
+	cs := counts(r)
+	if cs == nil {
 		c.Empty = true
+		c.Unit = "calls per bucket"
 		return c
 	}
+	c.Bucket, c.BucketMS = fmtBucket(r.Bucket), ms(r.Bucket)
+	c.Unit = "calls per " + c.Bucket + " bucket"
 	y := func(v float64) float64 { return c.Y1 - v/yMax*c.PlotH }
 	for i := 0; float64(i)*step <= yMax*(1+1e-9); i++ {
 		v := float64(i) * step
 		c.YTicks = append(c.YTicks, tick{round1(y(v)), fmtTick(v)})
 	}
 
-	total := float64(len(rs)) * r.Bucket.Seconds()
+	total := float64(len(cs)) * r.Bucket.Seconds()
 	x := func(t float64) float64 { return c.X0 + t/total*c.PlotW }
 	xstep := niceCeil(total / 6)
 	for i := 0; ; i++ {
@@ -281,7 +393,7 @@ func newTimelineChart(r lab.Run, yMax, step float64) timelineChart {
 	var path strings.Builder
 	peak := 0.0
 	fmt.Fprintf(&path, "M%s %s", coord(c.X0), coord(c.Y1))
-	for i, v := range rs {
+	for i, v := range cs {
 		peak = max(peak, v)
 		top := y(v)
 		if v > 0 {
@@ -293,7 +405,11 @@ func newTimelineChart(r lab.Run, yMax, step float64) timelineChart {
 	}
 	fmt.Fprintf(&path, "L%s %sZ", coord(c.X1), coord(c.Y1))
 	c.Path = path.String()
-	c.MaxLabel = "max " + fmtSig(peak) + " calls/s"
+	calls := "calls"
+	if peak == 1 {
+		calls = "call"
+	}
+	c.MaxLabel = "max " + fmtSig(peak) + " " + calls + " in a " + c.Bucket + " bucket"
 	return c
 }
 
@@ -321,6 +437,7 @@ type latencyBar struct {
 	Title        string // tooltip with the exact value
 	Value        string // label above the bar; empty when bars are too narrow
 	TextX, TextY float64
+	Rotate       bool // the label reads upwards from the bar's top: it is wider than the bar
 }
 
 type legendItem struct {
@@ -328,8 +445,12 @@ type legendItem struct {
 	X, TextX     float64
 }
 
-// approximate width of one character of the 11px chart font, in SVG units
-const charWidth = 6.2
+// approximate width of one character of the 11px chart font, and of the
+// 9px font of the bars' values, in SVG units
+const (
+	charWidth  = 6.2
+	valueWidth = 5.2
+)
 
 func newLatencyChart(scenario string, runs []lab.Run) latencyChart {
 	const width = 1000.0
@@ -403,6 +524,7 @@ func newLatencyChart(scenario string, runs []lab.Run) latencyChart {
 			if barW >= 24 {
 				b.Value = fmtSig(v)
 				b.TextX, b.TextY = round1(b.X+b.W/2), round1(top-3)
+				b.Rotate = float64(len(b.Value))*valueWidth > barW
 			}
 			g.Bars = append(g.Bars, b)
 		}

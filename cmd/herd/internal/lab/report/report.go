@@ -76,9 +76,65 @@ func WriteCSV(w io.Writer, s *lab.Suite) error {
 	return nil
 }
 
-// WriteDir creates dir (and its parents) and writes results.json,
-// results.csv and report.html into it. Every file is rendered in memory
-// first, so a rendering error leaves no partial file behind.
+// checksHeader names the columns of WriteChecksCSV, one row per Check.
+var checksHeader = []string{
+	"scenario", "layer", "promise", "measured", "observations", "observed", "ok",
+}
+
+// WriteChecksCSV writes a header row, then one row per Check with the
+// columns of checksHeader: ok is false for a check that judged no
+// observation, whatever it measured.
+func WriteChecksCSV(w io.Writer, s *lab.Suite) error {
+	if s == nil {
+		return errNilSuite
+	}
+	cw := csv.NewWriter(w)
+	if err := cw.Write(checksHeader); err != nil {
+		return fmt.Errorf("report: writing CSV: %w", err)
+	}
+	for _, c := range s.Checks {
+		row := []string{
+			c.Scenario, c.Layer, c.Promise, c.Measured,
+			itoa(c.Observations), c.Observed, strconv.FormatBool(c.OK),
+		}
+		if err := cw.Write(row); err != nil {
+			return fmt.Errorf("report: writing CSV: %w", err)
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("report: writing CSV: %w", err)
+	}
+	return nil
+}
+
+// Files are the files WriteDir writes, in order.
+var Files = []string{"results.json", "results.csv", "checks.csv", "report.html"}
+
+// PrepareDir creates dir (and its parents) if need be and makes sure a file
+// can be written in it, so that a bad output directory fails before a suite
+// runs rather than after.
+func PrepareDir(dir string) error {
+	if dir == "" {
+		return errors.New("report: empty directory name")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report: cannot create directory %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".herd-lab-*")
+	if err != nil {
+		return fmt.Errorf("report: cannot write in directory %s: %w", dir, err)
+	}
+	if err := errors.Join(f.Close(), os.Remove(f.Name())); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+// WriteDir creates dir (and its parents) and writes the [Files] into it:
+// results.json, results.csv, checks.csv (a header alone without checks)
+// and report.html. Every file is rendered in memory first, so a rendering
+// error leaves no partial file behind.
 func WriteDir(dir string, s *lab.Suite) error {
 	if s == nil {
 		return errNilSuite
@@ -86,25 +142,23 @@ func WriteDir(dir string, s *lab.Suite) error {
 	if dir == "" {
 		return errors.New("report: empty directory name")
 	}
-	files := []struct {
-		name  string
-		write func(io.Writer, *lab.Suite) error
-	}{
-		{"results.json", WriteJSON},
-		{"results.csv", WriteCSV},
-		{"report.html", WriteHTML},
+	writers := map[string]func(io.Writer, *lab.Suite) error{
+		"results.json": WriteJSON,
+		"results.csv":  WriteCSV,
+		"checks.csv":   WriteChecksCSV,
+		"report.html":  WriteHTML,
 	}
-	bufs := make([]bytes.Buffer, len(files))
-	for i, f := range files {
-		if err := f.write(&bufs[i], s); err != nil {
+	bufs := make([]bytes.Buffer, len(Files))
+	for i, name := range Files {
+		if err := writers[name](&bufs[i], s); err != nil {
 			return err
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	for i, f := range files {
-		if err := os.WriteFile(filepath.Join(dir, f.name), bufs[i].Bytes(), 0o644); err != nil {
+	for i, name := range Files {
+		if err := os.WriteFile(filepath.Join(dir, name), bufs[i].Bytes(), 0o644); err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
@@ -165,31 +219,44 @@ func started(s *lab.Suite) string {
 	return out
 }
 
-// column is one column of the per-scenario summary table.
+// column is one column of a table, with what it means.
 type column struct {
 	Short string // terminal header
 	Long  string // HTML header
 	Left  bool   // left-aligned (text) rather than right-aligned (numbers)
+	Doc   string // what the column holds, for the legends
 }
 
 // summaryColumns are the columns of the per-scenario summary, in both the
 // terminal table and the HTML page; summaryCells fills them.
 var summaryColumns = []column{
-	{"layer", "layer", true},
-	{"calls", "origin calls", false},
-	{"/expiry", "calls per expiry", false},
-	{"peak", "peak origin concurrency", false},
-	{"p50", "p50 ms", false},
-	{"p99", "p99 ms", false},
-	{"p999", "p999 ms", false},
-	{"errors", "errors", false},
-	{"shed", "shed", false},
-	{"stale", "stale served", false},
-	{"waited", "waited on origin", false},
+	{"layer", "layer", true,
+		"the rung of the ladder the run used; cold-start's variant (cold, warm or fleet) in parentheses"},
+	{"calls", "backing-store calls", false,
+		"calls to the backing store (the origin) the run counted: after warm-up in hot-key, flush and node-kill; from the start in cold-start"},
+	{"/expiry", "calls per expiry", false,
+		"backing-store calls per expiry event: per expiry of the key in hot-key; elsewhere the one event (the flush, the kill, the start), so it equals the calls; - when none was measured"},
+	{"peak", "peak concurrency", false,
+		"the most backing-store calls in flight at once, fleet-wide"},
+	{"p50", "p50 latency (ms)", false,
+		"median client latency, in milliseconds to 3 significant digits"},
+	{"p99", "p99 latency (ms)", false,
+		"99th-percentile client latency, in milliseconds to 3 significant digits"},
+	{"p999", "p999 latency (ms)", false,
+		"99.9th-percentile client latency, in milliseconds to 3 significant digits"},
+	{"errors", "errors", false,
+		"requests that failed, shed ones included"},
+	{"shed", "shed", false,
+		"requests the limiter refused at once (herd.ErrOverloaded)"},
+	{"stale", "stale served", false,
+		"reads answered at once with a stale value while it was refreshed (Stats.StaleServed)"},
+	{"waited", "waited on origin", false,
+		"requests after warm-up whose answer waited for a backing-store call (or failed) and took at least a quarter of a mean recompute"},
 }
 
 // summaryCells formats one Run as the cells of summaryColumns: counts as
-// plain integers, calls per expiry and latencies (ms) with one decimal.
+// plain integers, calls per expiry with one decimal, latencies (ms) to 3
+// significant digits.
 func summaryCells(r lab.Run) []string {
 	return []string{
 		layerLabel(r),
@@ -204,6 +271,148 @@ func summaryCells(r lab.Run) []string {
 		itoa(r.StaleServed),
 		itoa(r.WaitedOnOrigin),
 	}
+}
+
+// predictionColumns and checkColumns are the columns of the predictions
+// and the checks, in both outputs.
+var predictionColumns = []column{
+	{"layer", "layer", true, summaryColumns[0].Doc},
+	{"predicted", "predicted", false,
+		"the formula's calls per expiry: replicas × rate per replica × mean recompute time unprotected (at least 1), one per replica with coalescing, one with the lease"},
+	{"measured", "measured", false,
+		"the mean calls per expiry the run measured"},
+	{"ratio", "measured / predicted", false,
+		"the measured mean over the prediction"},
+	{"band", "band", false,
+		"how far the measured mean may lie from the prediction: ±20%, wider when too few expiries were measured for that (the note below says why)"},
+	{"expiries", "expiries", false,
+		"how many expiry events the measured mean is of"},
+	{"verdict", "verdict", true,
+		"whether the measured mean lies within the band"},
+}
+
+var checkColumns = []column{
+	{"result", "result", true,
+		"PASS or FAIL; a check that judged no observation fails, whatever it measured"},
+	{"scenario", "scenario", true,
+		"the scenario of the run"},
+	{"layer", "layer", true, summaryColumns[0].Doc},
+	{"promise", "promise", true,
+		"what the layer promises in the scenario; it holds on every rung above the layer too"},
+	{"measured", "measured", true,
+		"what the run measured against the promise"},
+	{"observations", "observations", true,
+		"how many things the check judged (expiries, keys, calls or requests): 0 means nothing was judged, and the check fails"},
+}
+
+// layerDoc is the description of a layer for the legends: the lab's, or a
+// note that the layer is not one of the lab's.
+func layerDoc(layer string) string {
+	if d, ok := lab.LayerDocs[layer]; ok {
+		return d
+	}
+	return "a layer this version of the lab does not know"
+}
+
+// ladder returns the layers of runs, in ladder order (layers the lab does
+// not know last, in order of appearance).
+func ladder(runs []lab.Run) []string {
+	seen := map[string]bool{}
+	for _, r := range runs {
+		seen[r.Layer] = true
+	}
+	var out []string
+	for _, l := range lab.Layers {
+		if seen[l] {
+			out = append(out, l)
+			delete(seen, l)
+		}
+	}
+	for _, r := range runs {
+		if seen[r.Layer] {
+			out = append(out, r.Layer)
+			delete(seen, r.Layer)
+		}
+	}
+	return out
+}
+
+// ladderIntro says how the layers relate, in both outputs.
+const ladderIntro = "The layers form a ladder: each adds one protection to the layers before it, " +
+	"so a run of lease has coalescing too. Ahead (refresh-ahead) takes early refresh over from xfetch."
+
+// checksIntro says what a check is, in both outputs.
+const checksIntro = "Each check judges a number of observations (expiries, keys, calls or requests); " +
+	"a check that judged none fails, whatever it measured."
+
+// figureGroup is the scenario-specific figures of the runs of one variant
+// of a scenario: one row per figure some run reports, one column per run.
+type figureGroup struct {
+	Variant string
+	Layers  []string // column heads: the runs' layers
+	Rows    []figureRow
+}
+
+type figureRow struct {
+	Figure lab.Figure
+	Cells  []string // one per run; "-" where a run lacks the figure
+}
+
+// figureGroups pivots the Extra figures of runs (of one scenario): one
+// group per variant in order of appearance, figures in the order of
+// lab.Figures, then figures it does not list, sorted.
+func figureGroups(runs []lab.Run) []figureGroup {
+	var out []figureGroup
+	index := map[string]int{}
+	var members [][]lab.Run
+	for _, r := range runs {
+		if len(r.Extra) == 0 {
+			continue
+		}
+		i, ok := index[r.Variant]
+		if !ok {
+			i = len(out)
+			index[r.Variant] = i
+			out = append(out, figureGroup{Variant: r.Variant})
+			members = append(members, nil)
+		}
+		members[i] = append(members[i], r)
+		out[i].Layers = append(out[i].Layers, r.Layer)
+	}
+	for i := range out {
+		for _, key := range figureKeys(members[i]) {
+			row := figureRow{Figure: lab.FigureOf(key)}
+			for _, r := range members[i] {
+				v, ok := r.Extra[key]
+				if !ok {
+					row.Cells = append(row.Cells, "-")
+					continue
+				}
+				row.Cells = append(row.Cells, fmtSig(v))
+			}
+			out[i].Rows = append(out[i].Rows, row)
+		}
+	}
+	return out
+}
+
+// figureKeys returns the Extra keys of runs: those lab.Figures lists in its
+// order, then the others sorted.
+func figureKeys(runs []lab.Run) []string {
+	seen := map[string]float64{}
+	for _, r := range runs {
+		for k, v := range r.Extra {
+			seen[k] = v
+		}
+	}
+	var out []string
+	for _, f := range lab.Figures {
+		if _, ok := seen[f.Key]; ok {
+			out = append(out, f.Key)
+			delete(seen, f.Key)
+		}
+	}
+	return append(out, sortedKeys(seen)...)
 }
 
 // scenarioRuns is the runs of one scenario, in suite order.
@@ -254,12 +463,29 @@ func ratio(p lab.Prediction) string {
 	return strconv.FormatFloat(q, 'f', 2, 64) + "×"
 }
 
-// verdict is the ±20% judgement of a prediction.
+// verdict is the judgement of a prediction against its band.
 func verdict(p lab.Prediction) string {
-	if p.Within {
-		return "within ±20%"
+	switch {
+	case p.Expiries == 0:
+		return "nothing measured"
+	case p.Within:
+		return "within"
 	}
-	return "outside ±20%"
+	return "outside"
+}
+
+// band formats a prediction's band, e.g. "±20%".
+func band(p lab.Prediction) string {
+	return "±" + strconv.FormatFloat(math.Round(100*p.Band), 'f', -1, 64) + "%"
+}
+
+// observations formats what a check judged, e.g. "3 expiries".
+func observations(c lab.Check) string {
+	out := itoa(c.Observations)
+	if c.Observed != "" {
+		out += " " + c.Observed
+	}
+	return out
 }
 
 // passFail is the word a check line starts with.
@@ -282,9 +508,15 @@ func countChecks(cs []lab.Check) (passed, failed int) {
 	return passed, failed
 }
 
-// fmtMS formats a duration in milliseconds with one decimal.
-func fmtMS(d time.Duration) string {
-	return strconv.FormatFloat(ms(d), 'f', 1, 64)
+// fmtMS formats a duration in milliseconds to 3 significant digits.
+func fmtMS(d time.Duration) string { return fmtSig(ms(d)) }
+
+// fmtBucket formats a bucket width with its unit: "10 ms", "2 s".
+func fmtBucket(d time.Duration) string {
+	if d < time.Second {
+		return strconv.FormatFloat(ms(d), 'f', -1, 64) + " ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
 }
 
 // fmtSig formats v with three significant digits, keeping every integer

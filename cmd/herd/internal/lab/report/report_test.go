@@ -43,7 +43,7 @@ func testSuite() *lab.Suite {
 		Config: lab.Config{
 			Preset:        "stampede",
 			Scenarios:     []string{"hot-key", "flush"},
-			Layers:        []string{"none", "coalesce", "lease"},
+			Layers:        []string{"none", "coalescing", "lease"},
 			Replicas:      20,
 			Rate:          50,
 			Keys:          1000,
@@ -86,29 +86,35 @@ func testSuite() *lab.Suite {
 	add("hot-key", fig{layer: "none", requests: 30000, calls: 1500, expiries: 20, perExpiry: 75, peakConc: 480,
 		p50: ms(1.26), p99: ms(251.34), p999: ms(612.01), errs: 3, shed: 0, stale: 0, waited: 1400,
 		bucket: 100 * time.Millisecond, timeline: spikes(20, 0, 50)})
-	add("hot-key", fig{layer: "coalesce", requests: 30001, calls: 400, expiries: 20, perExpiry: 20, peakConc: 20,
+	add("hot-key", fig{layer: "coalescing", requests: 30001, calls: 400, expiries: 20, perExpiry: 20, peakConc: 20,
 		p50: ms(1.11), p99: ms(248.76), p999: ms(301.5), errs: 2, shed: 4, stale: 0, waited: 380,
 		bucket: 100 * time.Millisecond, timeline: spikes(20, 0, 2)})
 	add("hot-key", fig{layer: "lease", requests: 30002, calls: 21, expiries: 20, perExpiry: 1.05, peakConc: 1,
 		p50: ms(0.94), p99: ms(3.21), p999: ms(255.55), errs: 1, shed: 5, stale: 600, waited: 19,
 		bucket: 100 * time.Millisecond, timeline: spikes(20, 0, 1),
-		extra: map[string]float64{"loads_per_replica_while_down": 1.5}})
+		extra: map[string]float64{"calls_while_down": 1.5, "zz_unlisted": 2}})
 	add("flush", fig{layer: "none", requests: 20000, calls: 9000, expiries: 1, perExpiry: 9000, peakConc: 900,
 		p50: ms(250.2), p99: ms(700.44), p999: ms(1900.08), errs: 40, shed: 0, stale: 0, waited: 9000,
 		bucket: 250 * time.Millisecond, timeline: spikes(40, 1, 100)})
-	add("flush", fig{layer: "coalesce", requests: 20001, calls: 1000, expiries: 1, perExpiry: 1000, peakConc: 64,
+	add("flush", fig{layer: "coalescing", requests: 20001, calls: 1000, expiries: 1, perExpiry: 1000, peakConc: 64,
 		p50: ms(240.1), p99: ms(400.16), p999: ms(800.9), errs: 7, shed: 120, stale: 0, waited: 1000,
 		bucket: 250 * time.Millisecond, timeline: spikes(40, 1, 10)})
 	add("flush", fig{layer: "lease", requests: 20002, calls: 1000, expiries: 1, perExpiry: 999.5, peakConc: 50,
 		p50: ms(2.04), p99: ms(260.3), p999: ms(420.7), errs: 0, shed: 6, stale: 15000, waited: 30,
 		bucket: 250 * time.Millisecond, timeline: spikes(40, 1, 5)})
 	s.Predictions = []lab.Prediction{
-		{Preset: "stampede", Layer: "none", What: "origin calls per expiry", Predicted: 80, Measured: 75, Within: true},
-		{Preset: "stampede", Layer: "coalesce", What: "origin calls per expiry", Predicted: 10, Measured: 20, Within: false},
+		{Preset: "stampede", Layer: "none", What: "calls per expiry", Predicted: 80, Measured: 75,
+			Expiries: 3, Band: 0.35, Within: true, Checked: true, Note: "±35% rather than ±20%: few expiries."},
+		{Preset: "stampede", Layer: "coalescing", What: "calls per expiry", Predicted: 10, Measured: 20,
+			Expiries: 3, Band: 0.2, Within: false, Checked: true},
 	}
 	s.Checks = []lab.Check{
-		{Scenario: "hot-key", Layer: "lease", Promise: "at most 2 origin calls per expiry", Measured: "1.05", OK: true},
-		{Scenario: "flush", Layer: "coalesce", Promise: "no request shed", Measured: "120 shed", OK: false},
+		{Scenario: "hot-key", Layer: "lease", Promise: "at most 2 origin calls per expiry", Measured: "1.05",
+			Observations: 20, Observed: "expiries", OK: true},
+		{Scenario: "flush", Layer: "coalescing", Promise: "no request shed", Measured: "120 shed",
+			Observations: 20001, Observed: "requests", OK: false},
+		{Scenario: "flush", Layer: "lease", Promise: "≤ 1 load per key", Measured: "max 0",
+			Observations: 0, Observed: "keys loaded", OK: false},
 	}
 	return s
 }
@@ -211,49 +217,117 @@ func TestWriteTable(t *testing.T) {
 		"TTL:", "10s",
 		"duration:", "30s",
 		"seed:", "42",
-		"lease: loads_per_replica_while_down=1.5",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
+	// Latencies to 3 significant digits: a sub-millisecond p50 is not 0.0.
 	wantHot := [][]string{
 		{"layer", "calls", "/expiry", "peak", "p50", "p99", "p999", "errors", "shed", "stale", "waited"},
-		{"none", "1500", "75.0", "480", "1.3", "251.3", "612.0", "3", "0", "0", "1400"},
-		{"coalesce", "400", "20.0", "20", "1.1", "248.8", "301.5", "2", "4", "0", "380"},
-		{"lease", "21", "1.1", "1", "0.9", "3.2", "255.6", "1", "5", "600", "19"},
+		{"none", "1500", "75.0", "480", "1.26", "251", "612", "3", "0", "0", "1400"},
+		{"coalescing", "400", "20.0", "20", "1.11", "249", "302", "2", "4", "0", "380"},
+		{"lease", "21", "1.1", "1", "0.94", "3.21", "256", "1", "5", "600", "19"},
 	}
 	if diff := cmp.Diff(wantHot, tableRows(t, out, "hot-key")[:4]); diff != "" {
 		t.Errorf("hot-key table (-want +got):\n%s\n%s", diff, out)
 	}
 	wantFlush := [][]string{
 		{"layer", "calls", "/expiry", "peak", "p50", "p99", "p999", "errors", "shed", "stale", "waited"},
-		{"none", "9000", "9000.0", "900", "250.2", "700.4", "1900.1", "40", "0", "0", "9000"},
-		{"coalesce", "1000", "1000.0", "64", "240.1", "400.2", "800.9", "7", "120", "0", "1000"},
-		{"lease", "1000", "999.5", "50", "2.0", "260.3", "420.7", "0", "6", "15000", "30"},
+		{"none", "9000", "9000.0", "900", "250", "700", "1900", "40", "0", "0", "9000"},
+		{"coalescing", "1000", "1000.0", "64", "240", "400", "801", "7", "120", "0", "1000"},
+		{"lease", "1000", "999.5", "50", "2.04", "260", "421", "0", "6", "15000", "30"},
 	}
 	if diff := cmp.Diff(wantFlush, tableRows(t, out, "flush")); diff != "" {
 		t.Errorf("flush table (-want +got):\n%s\n%s", diff, out)
 	}
+	// The figures by their labels, one column per layer; a figure the lab
+	// does not list by its key, after those it lists.
+	figures := figureLines(t, out, "hot-key")
+	wantFigures := []string{
+		"lease",
+		"calls while Redis is down 1.5",
+		"zz_unlisted 2",
+	}
+	if diff := cmp.Diff(wantFigures, figures); diff != "" {
+		t.Errorf("hot-key figures (-want +got):\n%s\n%s", diff, out)
+	}
 
 	for _, want := range []string{
-		"predictions (measured within ±20% of predicted?)",
-		"checks: 1 passed, 1 failed",
-		"  PASS  hot-key / lease: at most 2 origin calls per expiry (measured 1.05)\n",
-		"  FAIL  flush / coalesce: no request shed (measured 120 shed)\n",
+		"predictions: the formula's calls per expiry beside the measured mean\n",
+		"  none: ±35% rather than ±20%: few expiries.\n",
+		"checks: 1 passed, 2 failed\n",
+		"  PASS  hot-key / lease: at most 2 origin calls per expiry (measured 1.05; judged 20 expiries)\n",
+		"  FAIL  flush / coalescing: no request shed (measured 120 shed; judged 20001 requests)\n",
+		"  FAIL  flush / lease: ≤ 1 load per key (measured max 0; judged 0 keys loaded: nothing to judge)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	preds := tableRows(t, strings.Replace(out, "predictions (measured within ±20% of predicted?)", "scenario P", 1), "P")
+	preds := tableRows(t, strings.Replace(out, "predictions: the formula's calls per expiry beside the measured mean", "scenario P", 1), "P")
 	wantPreds := [][]string{
-		{"preset", "layer", "what", "predicted", "measured", "ratio", "verdict"},
-		{"stampede", "none", "origin", "calls", "per", "expiry", "80", "75", "0.94×", "within", "±20%"},
-		{"stampede", "coalesce", "origin", "calls", "per", "expiry", "10", "20", "2.00×", "outside", "±20%"},
+		{"layer", "predicted", "measured", "ratio", "band", "expiries", "verdict"},
+		{"none", "80", "75", "0.94×", "±35%", "3", "within"},
+		{"coalescing", "10", "20", "2.00×", "±20%", "3", "outside"},
 	}
-	if diff := cmp.Diff(wantPreds, preds); diff != "" {
+	if diff := cmp.Diff(wantPreds, preds[:3]); diff != "" {
 		t.Errorf("predictions (-want +got):\n%s\n%s", diff, out)
+	}
+}
+
+// figureLines returns the lines of the figures table of scenario name in a
+// WriteTable output, its words joined by single spaces.
+func figureLines(t *testing.T, out, name string) []string {
+	t.Helper()
+	_, after, ok := strings.Cut(out, "\nscenario "+name+"\n")
+	if !ok {
+		t.Fatalf("no table for scenario %q in:\n%s", name, out)
+	}
+	_, after, ok = strings.Cut(after, "\n\n")
+	if !ok {
+		t.Fatalf("no figures for scenario %q in:\n%s", name, out)
+	}
+	var lines []string
+	for line := range strings.Lines(after) {
+		if strings.TrimSpace(line) == "" {
+			break
+		}
+		lines = append(lines, strings.Join(strings.Fields(line), " "))
+	}
+	return lines
+}
+
+// TestWriteTableLegend checks that the terminal output explains the ladder
+// of the suite's layers, every column of its tables and what a check judges.
+func TestWriteTableLegend(t *testing.T) {
+	s := testSuite()
+	out := render(t, WriteTable, s)
+	legend, _, ok := strings.Cut(out, "\nscenario ")
+	if !ok {
+		t.Fatalf("no scenario table:\n%s", out)
+	}
+	for _, want := range []string{ladderIntro, checksIntro} {
+		if !strings.Contains(legend, want) {
+			t.Errorf("legend lacks %q:\n%s", want, legend)
+		}
+	}
+	for _, l := range []string{"none", "coalescing", "lease"} {
+		if want := "\n  " + l + "  "; !strings.Contains(legend, want) || !strings.Contains(legend, lab.LayerDocs[l]) {
+			t.Errorf("legend does not explain layer %q:\n%s", l, legend)
+		}
+	}
+	if strings.Index(legend, "\n  none ") > strings.Index(legend, "\n  coalescing ") {
+		t.Error("the legend does not list the layers in ladder order")
+	}
+	for _, c := range summaryColumns {
+		if !regexp.MustCompile(`\n  ` + regexp.QuoteMeta(c.Short) + ` +` + regexp.QuoteMeta(c.Doc) + `\n`).MatchString(legend) {
+			t.Errorf("legend does not explain column %q:\n%s", c.Short, legend)
+		}
+	}
+	s.Checks = nil
+	if out := render(t, WriteTable, s); strings.Contains(out, checksIntro) {
+		t.Error("the legend explains checks in a suite without them")
 	}
 }
 
@@ -289,7 +363,7 @@ func attr(attrs, name string) string {
 
 func TestWriteHTMLCharts(t *testing.T) {
 	s := testSuite()
-	s.Runs[5].Layer = "coalesce+lease"
+	s.Runs[5].Layer = "coalescing+lease"
 	s.Runs[5].Variant = "warm"
 	out := render(t, WriteHTML, s)
 	if n := strings.Count(out, `class="chart"`); n != len(s.Runs) {
@@ -297,10 +371,12 @@ func TestWriteHTMLCharts(t *testing.T) {
 	}
 	var got, want []string
 	ymax := map[string][]string{}
+	bucket := map[string][]string{}
 	for _, m := range chartRE.FindAllStringSubmatch(out, -1) {
 		sc := attr(m[1], "data-scenario")
 		got = append(got, sc+"/"+attr(m[1], "data-layer")+"/"+attr(m[1], "data-variant"))
 		ymax[sc] = append(ymax[sc], attr(m[1], "data-ymax"))
+		bucket[sc] = append(bucket[sc], attr(m[1], "data-bucket-ms"))
 	}
 	for _, r := range s.Runs {
 		variant := r.Variant
@@ -312,20 +388,30 @@ func TestWriteHTMLCharts(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("charts (-want +got):\n%s", diff)
 	}
-	// hot-key peaks at 50 calls in 100ms (500/s), flush at 100 in 250ms (400/s):
-	// one round axis top for every layer of a scenario.
-	wantYMax := map[string][]string{"hot-key": {"500", "500", "500"}, "flush": {"400", "400", "400"}}
+	// Calls per bucket, not per second: hot-key peaks at 50 calls in a
+	// 100ms bucket, flush at 100 in a 250ms bucket; one round axis top for
+	// every layer of a scenario.
+	wantYMax := map[string][]string{"hot-key": {"50", "50", "50"}, "flush": {"100", "100", "100"}}
 	if diff := cmp.Diff(wantYMax, ymax); diff != "" {
 		t.Errorf("data-ymax per scenario (-want +got):\n%s", diff)
 	}
+	wantBucket := map[string][]string{"hot-key": {"100", "100", "100"}, "flush": {"250", "250", "250"}}
+	if diff := cmp.Diff(wantBucket, bucket); diff != "" {
+		t.Errorf("data-bucket-ms per scenario (-want +got):\n%s", diff)
+	}
 	for _, want := range []string{
-		"max 500 calls/s", "max 20 calls/s", "max 10 calls/s", // hot-key: 50, 2, 1 per 100ms
-		"max 400 calls/s", "max 40 calls/s", "max 20 calls/s", // flush: 100, 10, 5 per 250ms
-		">time (s)</text>", ">calls/s</text>", "share one y-axis scale (0 to 500 calls/s)",
+		"max 50 calls in a 100 ms bucket", "max 2 calls in a 100 ms bucket", "max 1 call in a 100 ms bucket",
+		"max 100 calls in a 250 ms bucket", "max 10 calls in a 250 ms bucket", "max 5 calls in a 250 ms bucket",
+		">calls per 100 ms bucket</text>", ">calls per 250 ms bucket</text>",
+		">time since the run began (s)</text>", "share one y-axis scale (0 to 50 calls per bucket)",
+		"started in each 100 ms bucket of the run (a count per bucket, not a rate per second)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("HTML lacks %q", want)
 		}
+	}
+	if strings.Contains(out, "calls/s") {
+		t.Error("HTML still speaks of calls/s")
 	}
 
 	lat := regexp.MustCompile(`<figure class="latency-chart" data-scenario="([^"]*)">`).FindAllStringSubmatch(out, -1)
@@ -337,7 +423,8 @@ func TestWriteHTMLCharts(t *testing.T) {
 		t.Errorf("latency charts (-want +got):\n%s", diff)
 	}
 	for _, want := range []string{
-		"<title>none p99: 251.3 ms</title>", "<title>coalesce&#43;lease (warm) p999: 420.7 ms</title>",
+		"<title>none p99: 251 ms</title>", "<title>coalescing&#43;lease (warm) p999: 421 ms</title>",
+		"<title>lease p50: 0.94 ms</title>",
 		`<rect class="p50"`, `<rect class="p99"`, `<rect class="p999"`,
 		">p50</text>", ">p99</text>", ">p999</text>", // legend
 	} {
@@ -356,18 +443,30 @@ func TestWriteHTMLTables(t *testing.T) {
 		"<title>herd lab report: stampede</title>",
 		"<dt>load model</dt><dd>open-loop (Poisson arrivals)</dd>",
 		"<dt>seed</dt><dd>42</dd>",
-		"<th>calls per expiry</th>",
-		`<tr><td class="l">none</td><td>1500</td><td>75.0</td><td>480</td><td>1.3</td><td>251.3</td><td>612.0</td><td>3</td><td>0</td><td>0</td><td>1400</td></tr>`,
-		`<td>80</td><td>75</td><td>0.94×</td><td class="l pass">within ±20%</td>`,
-		`<td class="l fail">outside ±20%</td>`,
+		`>calls per expiry</th>`,
+		`<tr><td class="l">none</td><td>1500</td><td>75.0</td><td>480</td><td>1.26</td><td>251</td><td>612</td><td>3</td><td>0</td><td>0</td><td>1400</td></tr>`,
+		`<tr><td class="l">none</td><td>80</td><td>75</td><td>0.94×</td><td>±35%</td><td>3</td><td class="l pass">within</td></tr>`,
+		`<td class="l fail">outside</td>`,
+		`<strong>none:</strong> ±35% rather than ±20%: few expiries.`,
 		`<td class="l pass">PASS</td><td class="l">hot-key</td><td class="l">lease</td>`,
 		`<td class="l fail">FAIL</td><td class="l">flush</td>`,
-		`<th>loads_per_replica_while_down</th></tr></thead>`,
-		`<tr><td class="l">lease</td><td>1.5</td></tr>`,
+		`<td class="l obs" data-observations="20">20 expiries</td>`,
+		`<td class="l obs fail" data-observations="0">0 keys loaded</td>`,
+		`>calls while Redis is down</th><td>1.5</td></tr>`,
+		`>zz_unlisted</th><td>2</td></tr>`,
+		`(calls_while_down in results.json)`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("HTML lacks %q", want)
 		}
+	}
+	// Without a preset, the page says predictions are not checks.
+	s := testSuite()
+	for i := range s.Predictions {
+		s.Predictions[i].Checked = false
+	}
+	if out := render(t, WriteHTML, s); !strings.Contains(out, "Without a --preset these are not checks") {
+		t.Error("HTML does not say that predictions without a preset are not checks")
 	}
 }
 
@@ -390,7 +489,7 @@ func TestWriteHTMLBalanced(t *testing.T) {
 	s := testSuite()
 	out := render(t, WriteHTML, s)
 	want := len(s.Runs) + 2 // one per run, one latency chart per scenario
-	for _, tag := range []string{"svg", "figure", "table", "tr", "text", "html", "body"} {
+	for _, tag := range []string{"svg", "figure", "table", "tr", "text", "html", "body", "dl", "dt", "dd"} {
 		open := strings.Count(out, "<"+tag+">") + strings.Count(out, "<"+tag+" ")
 		if closed := strings.Count(out, "</"+tag+">"); open != closed {
 			t.Errorf("<%s>: %d opened, %d closed", tag, open, closed)
@@ -419,6 +518,9 @@ func TestWriteHTMLEscapes(t *testing.T) {
 	if n := strings.Count(out, `data-scenario="&lt;script&gt;alert(1)&lt;/script&gt;"`); n != 5 {
 		t.Errorf("escaped scenario appears in %d data-scenario attributes, want 5 (summary table, 3 charts, 1 latency chart)", n)
 	}
+	if !strings.Contains(out, "<dt>&lt;script&gt;alert(1)&lt;/script&gt;</dt>") {
+		t.Error("escaped scenario missing from the scenario legend")
+	}
 	if !strings.Contains(out, "Scenario &lt;script&gt;alert(1)&lt;/script&gt;</h3>") {
 		t.Error("escaped scenario heading missing")
 	}
@@ -443,7 +545,7 @@ func TestWriteHTMLMissingTimeline(t *testing.T) {
 func TestEmptySuite(t *testing.T) {
 	s := &lab.Suite{}
 	for name, write := range map[string]func(io.Writer, *lab.Suite) error{
-		"json": WriteJSON, "csv": WriteCSV, "table": WriteTable, "html": WriteHTML,
+		"json": WriteJSON, "csv": WriteCSV, "checks": WriteChecksCSV, "table": WriteTable, "html": WriteHTML,
 	} {
 		var b bytes.Buffer
 		if err := write(&b, s); err != nil {
@@ -467,7 +569,7 @@ func TestEmptySuite(t *testing.T) {
 
 func TestNilSuite(t *testing.T) {
 	for name, write := range map[string]func(io.Writer, *lab.Suite) error{
-		"json": WriteJSON, "csv": WriteCSV, "table": WriteTable, "html": WriteHTML,
+		"json": WriteJSON, "csv": WriteCSV, "checks": WriteChecksCSV, "table": WriteTable, "html": WriteHTML,
 		"dir": func(io.Writer, *lab.Suite) error { return WriteDir(t.TempDir(), nil) },
 	} {
 		err := write(io.Discard, nil)
@@ -483,7 +585,7 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full")
 
 func TestWriteError(t *testing.T) {
 	for name, write := range map[string]func(io.Writer, *lab.Suite) error{
-		"json": WriteJSON, "csv": WriteCSV, "table": WriteTable, "html": WriteHTML,
+		"json": WriteJSON, "csv": WriteCSV, "checks": WriteChecksCSV, "table": WriteTable, "html": WriteHTML,
 	} {
 		err := write(failWriter{}, testSuite())
 		if err == nil || !strings.HasPrefix(err.Error(), "report: ") || !strings.Contains(err.Error(), "disk full") {
@@ -521,7 +623,7 @@ func TestWriteDir(t *testing.T) {
 		t.Fatalf("WriteDir: %v", err)
 	}
 	for name, write := range map[string]func(io.Writer, *lab.Suite) error{
-		"results.json": WriteJSON, "results.csv": WriteCSV, "report.html": WriteHTML,
+		"results.json": WriteJSON, "results.csv": WriteCSV, "checks.csv": WriteChecksCSV, "report.html": WriteHTML,
 	} {
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
@@ -563,6 +665,105 @@ func TestNiceCeil(t *testing.T) {
 	} {
 		if got := niceCeil(c.in); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("niceCeil(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestJSONUnits checks that results.json gives every duration in
+// milliseconds under a name ending in _ms, as results.csv does, and that
+// every check carries the number of observations it judged, zero included.
+func TestJSONUnits(t *testing.T) {
+	s := testSuite()
+	var doc struct {
+		Config map[string]any   `json:"config"`
+		Runs   []map[string]any `json:"runs"`
+		Checks []map[string]any `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(render(t, WriteJSON, s)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{"ttl_ms": 10000, "duration_ms": 30000, "client_timeout_ms": 2000} {
+		if got := doc.Config[key]; got != want {
+			t.Errorf("config %s = %v, want %v", key, got, want)
+		}
+	}
+	for _, key := range []string{"ttl", "duration", "client_timeout"} {
+		if _, ok := doc.Config[key]; ok {
+			t.Errorf("config has %q without a unit", key)
+		}
+	}
+	run := doc.Runs[0]
+	for key, want := range map[string]float64{"p50_ms": 1.26, "p99_ms": 251.34, "p999_ms": 612.01, "bucket_ms": 100} {
+		if got, ok := run[key].(float64); !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("run %s = %v, want %v", key, run[key], want)
+		}
+	}
+	for _, key := range []string{"p50", "p99", "p999", "bucket"} {
+		if _, ok := run[key]; ok {
+			t.Errorf("run has %q without a unit", key)
+		}
+	}
+	if len(doc.Checks) != len(s.Checks) {
+		t.Fatalf("%d checks in JSON, want %d", len(doc.Checks), len(s.Checks))
+	}
+	for i, c := range doc.Checks {
+		n, ok := c["observations"].(float64)
+		if !ok || int64(n) != s.Checks[i].Observations || c["observed"] != s.Checks[i].Observed {
+			t.Errorf("check %d: observations %v %v, want %d %q", i, c["observations"], c["observed"],
+				s.Checks[i].Observations, s.Checks[i].Observed)
+		}
+	}
+}
+
+func TestWriteChecksCSV(t *testing.T) {
+	s := testSuite()
+	rows, err := csv.NewReader(strings.NewReader(render(t, WriteChecksCSV, s))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"scenario", "layer", "promise", "measured", "observations", "observed", "ok"},
+		{"hot-key", "lease", "at most 2 origin calls per expiry", "1.05", "20", "expiries", "true"},
+		{"flush", "coalescing", "no request shed", "120 shed", "20001", "requests", "false"},
+		{"flush", "lease", "≤ 1 load per key", "max 0", "0", "keys loaded", "false"},
+	}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("checks.csv (-want +got):\n%s", diff)
+	}
+}
+
+// TestPrepareDir checks that an output directory is created and proved
+// writable before a suite runs, and that one that cannot be is refused.
+func TestPrepareDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	if err := PrepareDir(dir); err != nil {
+		t.Fatalf("PrepareDir(%s): %v", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 0 {
+		t.Errorf("PrepareDir left %v behind (%v)", entries, err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", file, filepath.Join(file, "sub")} {
+		if err := PrepareDir(bad); err == nil || !strings.HasPrefix(err.Error(), "report: ") {
+			t.Errorf("PrepareDir(%q) = %v, want a report: error", bad, err)
+		}
+	}
+}
+
+func TestCountScale(t *testing.T) {
+	for _, c := range []struct{ peak, top, step float64 }{
+		{0, 3, 1}, {1, 3, 1}, {2, 3, 1}, {5, 5, 1}, {12, 12, 2}, {22, 25, 5}, {50, 50, 10}, {101, 120, 20},
+	} {
+		top, step := countScale(c.peak)
+		if top != c.top || step != c.step {
+			t.Errorf("countScale(%v) = %v, %v; want %v, %v", c.peak, top, step, c.top, c.step)
+		}
+		if step != math.Trunc(step) || top < c.peak {
+			t.Errorf("countScale(%v) = %v, %v: not whole calls, or below the peak", c.peak, top, step)
 		}
 	}
 }
