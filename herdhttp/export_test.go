@@ -1,0 +1,4 @@
+package herdhttp
+
+// NewProxyOver is NewProxy over a transport the test gives.
+var NewProxyOver = newProxy

@@ -1,0 +1,324 @@
+package herdhttp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/herdcache/herd"
+)
+
+// fetch is one request to the origin for a key, on behalf of a request
+// (foreground, with a stream its readers read) or of a stale response
+// (background, no stream). Its outgoing request is built when it is made,
+// so that it never reads the client's request afterwards.
+type fetch struct {
+	c       *engine
+	ctx     context.Context // the client request's values, not its cancellation
+	key     string
+	primary string
+	names   []string // the Vary index's names when key is a variant key
+	out     *http.Request
+	rcc     cacheControl
+	auth    bool   // the request carried Authorization
+	old     *entry // the stored response it revalidates; nil for none
+	s       *stream
+	used    atomic.Bool
+	// revalidated is set when the origin answered 304.
+	revalidated atomic.Bool
+	// received is set when the whole body was streamed: the stream is
+	// ended once the entry is stored, so that a reader that saw its end
+	// finds the entry stored.
+	received atomic.Bool
+}
+
+// fillKey marks the context of a fetch whose response may be stored.
+type fillKey struct{}
+
+// errFetchUsed is what a fetch's load returns when herd calls it again:
+// one fetch makes at most one request to the origin.
+var errFetchUsed = errors.New("herdhttp: fetch already made")
+
+// originError is an origin's failure: it could not be reached (resp
+// nil), or it answered a revalidation with 500, 502, 503 or 504 (resp
+// holds that answer, its body read up to MaxBodyBytes).
+type originError struct {
+	err  error
+	resp *entry
+}
+
+func (e *originError) Error() string {
+	if e.resp != nil {
+		return "herdhttp: origin answered " + strconv.Itoa(e.resp.status)
+	}
+	return "herdhttp: origin unreachable: " + e.err.Error()
+}
+
+func (e *originError) Unwrap() error { return e.err }
+
+func (c *engine) newFetch(q *request, s *stream) *fetch {
+	f := &fetch{
+		c: c, ctx: q.r.Context(), key: q.key, primary: q.primary, names: q.names,
+		rcc: q.rcc, auth: q.r.Header.Get("Authorization") != "", old: q.old, s: s,
+	}
+	f.out = c.fillRequest(q)
+	return f
+}
+
+// fillRequest is the GET a fetch for q sends: q's URL with only the
+// forwarded fields (see Options.ForwardHeaders), and the validators of
+// the stored response being revalidated.
+func (c *engine) fillRequest(q *request) *http.Request {
+	r := q.r
+	out := r.Clone(context.Background())
+	out.Method = http.MethodGet
+	out.Body, out.ContentLength, out.GetBody = http.NoBody, 0, nil
+	out.TransferEncoding, out.Close, out.Trailer = nil, false, nil
+	out.Header = make(http.Header, len(c.forward)+len(q.names))
+	for k, vs := range r.Header {
+		if c.forward[k] || slices.Contains(q.names, k) {
+			out.Header[k] = slices.Clone(vs)
+		}
+	}
+	if old := q.old; old != nil {
+		if et := old.header.Get("ETag"); et != "" {
+			out.Header.Set("If-None-Match", et)
+		}
+		if lm := old.header.Get("Last-Modified"); lm != "" {
+			out.Header.Set("If-Modified-Since", lm)
+		}
+	}
+	return out
+}
+
+// result is what a fetch ended in: an entry to store for soft and hard
+// (store false: serve it, store nothing), or an error.
+type result struct {
+	e          *entry
+	store      bool
+	soft, hard time.Duration
+	err        error
+}
+
+// load is the fetch as a herd load: herd stores what it returns, for
+// the TTLs it sets, under its lease.
+func (f *fetch) load(ctx context.Context) (*entry, error) {
+	if !f.used.CompareAndSwap(false, true) {
+		return nil, errFetchUsed
+	}
+	res := f.run(ctx)
+	if res.err != nil {
+		return nil, res.err
+	}
+	if res.store {
+		herd.SetTTL(ctx, res.soft, res.hard)
+	} else {
+		herd.NoCache(ctx)
+	}
+	return res.e, nil
+}
+
+// direct is the fetch made outside herd's load, for an entry herd still
+// holds as fresh; what it stores it sets.
+func (f *fetch) direct(ctx context.Context) (*entry, error) {
+	f.used.Store(true)
+	res := f.run(ctx)
+	if res.err != nil {
+		return nil, res.err
+	}
+	if res.store {
+		_ = f.c.hc.SetWithTTL(ctx, f.key, res.e, res.soft, res.hard) // not stored: it is still served
+	}
+	return res.e, nil
+}
+
+// run makes the request and decides what to store.
+func (f *fetch) run(ctx context.Context) result {
+	c := f.c
+	// The response may be read after the load returns (streamed to readers,
+	// handed off): its request lives on until its body is closed.
+	rctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(ctx), fillKey{}, true), c.o.FetchTimeout)
+	out := f.out.WithContext(rctx)
+	reqTime := time.Now().UnixNano()
+	resp, err := c.origin.RoundTrip(out)
+	if err != nil {
+		cancel()
+		return result{err: &originError{err: err}}
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	respTime := time.Now().UnixNano()
+	if resp.StatusCode == http.StatusNotModified && f.old != nil {
+		resp.Body.Close()
+		f.revalidated.Store(true)
+		e := c.refreshed(f.old, resp.Header, reqTime, respTime)
+		return f.keep(e, respTime)
+	}
+	if f.old != nil && errorStatus(resp.StatusCode) {
+		e, _ := c.describe(f, resp, reqTime, respTime)
+		if e == nil {
+			e = &entry{kind: kindResponse, status: resp.StatusCode, header: cleanHeader(resp.Header, nil)}
+		}
+		e.body, _ = io.ReadAll(io.LimitReader(resp.Body, c.o.MaxBodyBytes))
+		resp.Body.Close()
+		return result{err: &originError{err: errors.New(resp.Status), resp: e}}
+	}
+	e, reason := c.describe(f, resp, reqTime, respTime)
+	if e == nil {
+		return f.passOn(resp, reason, respTime)
+	}
+	return f.receive(e, resp, respTime)
+}
+
+// passOn ends a fetch whose response may not be stored: the key is
+// marked hit-for-pass, and the response goes to the request it was made
+// for (when it still waits) or is dropped.
+func (f *fetch) passOn(resp *http.Response, reason string, now int64) result {
+	ttl := f.c.o.PassTTL
+	if resp.StatusCode >= 500 {
+		ttl = min(ttl, errorPassTTL)
+	}
+	if f.s == nil || !f.s.handOff(resp) {
+		resp.Body.Close()
+	}
+	mark := &entry{kind: kindPass, reason: reason, herdSoft: now + int64(ttl), header: http.Header{}}
+	return result{e: mark, store: true, soft: ttl, hard: ttl}
+}
+
+// receive reads the body of a storable response, streaming it to the
+// fetch's readers, and ends the fetch with the entry to store, or with a
+// hit-for-pass mark when the body is larger than MaxBodyBytes. A body cut
+// short is an error: nothing is stored.
+func (f *fetch) receive(e *entry, resp *http.Response, now int64) result {
+	c := f.c
+	if f.s != nil && !f.s.start(e) {
+		f.s = nil
+	}
+	limit := c.o.MaxBodyBytes
+	var body []byte
+	var n int64
+	buf := make([]byte, 32<<10)
+	for {
+		m, err := resp.Body.Read(buf)
+		if m > 0 {
+			n += int64(m)
+			switch {
+			case f.s != nil:
+				f.s.write(buf[:m])
+			case n <= limit:
+				body = append(body, buf[:m]...)
+			}
+			if n > limit {
+				f.overflow(resp)
+				return f.passOn(&http.Response{StatusCode: resp.StatusCode, Body: http.NoBody}, "too-large", now)
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			resp.Body.Close()
+			if f.s != nil {
+				f.s.end(err)
+			}
+			return result{err: &originError{err: err}}
+		}
+	}
+	resp.Body.Close()
+	if f.s != nil {
+		body = f.s.bytes()
+		f.received.Store(true)
+	}
+	e.body = body
+	return f.keep(e, now)
+}
+
+// overflow hands the rest of a body larger than MaxBodyBytes to the
+// stream's readers, in the background, or drops it.
+func (f *fetch) overflow(resp *http.Response) {
+	if f.s == nil {
+		resp.Body.Close()
+		return
+	}
+	s := f.s
+	s.setOverflow()
+	go func() {
+		defer resp.Body.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			m, err := resp.Body.Read(buf)
+			if m > 0 && !s.write(buf[:m]) {
+				s.end(errors.New("herdhttp: no reader left"))
+				return
+			}
+			if err == io.EOF {
+				s.end(nil)
+				return
+			}
+			if err != nil {
+				s.end(err)
+				return
+			}
+		}
+	}()
+}
+
+// keep ends a fetch with e stored for as long as it may be used: fresh
+// for its remaining freshness (at least minHerdSoft, see there), kept
+// through its stale windows, or as long as KeepForRevalidation allows a
+// response with a validator. A response fetched through a Vary index
+// that no longer matches the URL's index, or one fetched under the URL's
+// key that varies, is stored under its variant key and the index
+// updated.
+func (f *fetch) keep(e *entry, now int64) result {
+	remaining := max(e.ttl(now), 0)
+	if e.flags&flagNoCache != 0 {
+		remaining = 0
+	}
+	stale := max(e.swr, e.sie)
+	if e.flags&flagMustRevalidate != 0 {
+		stale = 0
+	}
+	soft := max(remaining, minHerdSoft)
+	hard := max(remaining+max(stale, e.keep), soft)
+	e.herdSoft = now + int64(soft)
+	res := result{e: e, store: true, soft: soft, hard: hard}
+	if slices.Equal(e.varyNames, f.names) && (f.key != f.primary || len(e.varyNames) == 0) {
+		return res // stored under the key it was fetched for
+	}
+	c := f.c
+	ctx := context.WithoutCancel(f.ctx)
+	if len(e.varyNames) == 0 {
+		_ = c.hc.SetWithTTL(ctx, f.primary, e, soft, hard)
+		return result{e: e}
+	}
+	vk := c.variantKey(f.primary, e.varyValues)
+	if vk != f.key {
+		_ = c.hc.SetWithTTL(ctx, vk, e, soft, hard)
+	}
+	index := &entry{kind: kindIndex, varyNames: e.varyNames, header: http.Header{}, herdSoft: now + int64(indexTTL)}
+	if f.key == f.primary {
+		return result{e: index, store: true, soft: indexTTL, hard: indexTTL}
+	}
+	_ = c.hc.SetWithTTL(ctx, f.primary, index, indexTTL, indexTTL)
+	if vk == f.key {
+		return res
+	}
+	return result{e: e}
+}
+
+// cancelBody ends a fetch's request context when its body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}

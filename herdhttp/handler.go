@@ -1,0 +1,286 @@
+package herdhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Handler is an http.Handler that answers from the cache: the
+// middleware that [Middleware] puts in front of a handler, or the
+// reverse proxy of [NewProxy].
+type Handler struct {
+	e *engine
+}
+
+// Middleware returns a Handler that answers requests from the cache and
+// passes what it cannot answer to next. The requests next is given to
+// fill the cache carry only the forwarded fields (see
+// Options.ForwardHeaders); next must not keep the request's Body or the
+// ResponseWriter past its return. Invalid options give an error starting
+// with "herdhttp: ".
+func Middleware(next http.Handler, o *Options) (*Handler, error) {
+	if next == nil {
+		return nil, errors.New("herdhttp: Middleware needs a handler")
+	}
+	e, err := newEngine(handlerOrigin{next}, o, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{e: e}, nil
+}
+
+// NewProxy returns a Handler that is a caching reverse proxy to
+// upstream: each request is sent to upstream's scheme and host, its path
+// appended to upstream's, with Host set to upstream's host and
+// X-Forwarded-Proto and X-Forwarded-Host set (X-Forwarded-For too, on the
+// requests passed uncached), over a transport of its own. Invalid options
+// give an error starting with "herdhttp: ".
+func NewProxy(upstream *url.URL, o *Options) (*Handler, error) {
+	if upstream == nil || upstream.Scheme == "" || upstream.Host == "" {
+		return nil, fmt.Errorf("herdhttp: NewProxy needs an absolute upstream URL, got %v", upstream)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 256
+	t.MaxIdleConns = 1024
+	return newProxy(upstream, t, o)
+}
+
+// newProxy is NewProxy over the transport rt.
+func newProxy(upstream *url.URL, rt http.RoundTripper, o *Options) (*Handler, error) {
+	e, err := newEngine(&proxyOrigin{up: upstream, rt: rt}, o, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{e: e}, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	resp, err := h.e.roundTrip(r)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client is gone
+		}
+		http.Error(w, http.StatusText(http.StatusBadGateway), http.StatusBadGateway)
+		return
+	}
+	writeResponse(w, resp)
+}
+
+// Close stops the cache's background work and waits for it until ctx
+// ends.
+func (h *Handler) Close(ctx context.Context) error { return h.e.close(ctx) }
+
+// writeResponse copies resp to w, flushing as a streamed body arrives. A
+// body that fails midway aborts the connection, so that the client sees
+// a truncated transfer rather than a short response.
+func writeResponse(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	wh := w.Header()
+	for k, vs := range resp.Header {
+		wh[k] = vs
+	}
+	stripHopByHop(wh)
+	w.WriteHeader(resp.StatusCode)
+	if resp.Body == http.NoBody {
+		return
+	}
+	if _, ok := resp.Body.(*streamBody); !ok {
+		if _, err := io.Copy(w, resp.Body); err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// Transport is an http.RoundTripper that answers from the cache and
+// sends what it cannot answer through the RoundTripper it wraps: for
+// clients, and for reverse proxies such as httputil.ReverseProxy.
+type Transport struct {
+	e *engine
+}
+
+// NewTransport returns a Transport over next; nil means
+// http.DefaultTransport. Requests should be absolute (a client's are):
+// the key holds their URL's scheme and host. Invalid options give an
+// error starting with "herdhttp: ".
+func NewTransport(next http.RoundTripper, o *Options) (*Transport, error) {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	e, err := newEngine(next, o, false)
+	if err != nil {
+		return nil, err
+	}
+	return &Transport{e: e}, nil
+}
+
+// RoundTrip answers r from the cache or through the wrapped
+// RoundTripper. A failure to reach the origin that no stale response
+// covers is returned as the wrapped RoundTripper's error.
+func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return t.e.roundTrip(r)
+}
+
+// Close stops the cache's background work and waits for it until ctx
+// ends.
+func (t *Transport) Close(ctx context.Context) error { return t.e.close(ctx) }
+
+// proxyOrigin sends requests to one upstream.
+type proxyOrigin struct {
+	up *url.URL
+	rt http.RoundTripper
+}
+
+func (p *proxyOrigin) RoundTrip(r *http.Request) (*http.Response, error) {
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host = p.up.Scheme, p.up.Host
+	out.URL.Path, out.URL.RawPath = joinPath(p.up, r.URL)
+	if p.up.RawQuery != "" {
+		out.URL.RawQuery = p.up.RawQuery + "&" + r.URL.RawQuery
+	}
+	out.Host = p.up.Host
+	out.Header.Set("X-Forwarded-Host", r.Host)
+	proto := "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	out.Header.Set("X-Forwarded-Proto", proto)
+	if r.Context().Value(fillKey{}) == nil {
+		// a passed request, whose answer is never stored: the client's
+		// address may go upstream
+		if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+				ip = strings.Join(prior, ", ") + ", " + ip
+			}
+			out.Header.Set("X-Forwarded-For", ip)
+		}
+	}
+	return p.rt.RoundTrip(out)
+}
+
+// joinPath appends u's path to up's.
+func joinPath(up, u *url.URL) (path, rawpath string) {
+	if up.Path == "" || up.Path == "/" {
+		return u.Path, u.RawPath
+	}
+	j := up.JoinPath(u.EscapedPath())
+	return j.Path, j.RawPath
+}
+
+// handlerOrigin makes a handler the origin: each request runs it on a
+// goroutine of its own, and its response is returned as soon as the
+// handler writes the status, its body streamed as it writes it.
+type handlerOrigin struct{ next http.Handler }
+
+func (o handlerOrigin) RoundTrip(r *http.Request) (*http.Response, error) {
+	pr, pw := io.Pipe()
+	w := &pipeWriter{h: http.Header{}, pw: pw, head: make(chan struct{}), req: r}
+	r = r.Clone(r.Context())
+	if r.RequestURI == "" {
+		r.RequestURI = r.URL.RequestURI()
+	}
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				w.fail(fmt.Errorf("herdhttp: handler panicked: %v", p))
+				return
+			}
+			w.finish()
+		}()
+		o.next.ServeHTTP(w, r)
+	}()
+	select {
+	case <-w.head:
+	case <-r.Context().Done():
+		pr.CloseWithError(r.Context().Err())
+		return nil, r.Context().Err()
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	resp := &http.Response{
+		StatusCode: w.code, Status: statusText(w.code), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: w.sent, Body: pr, ContentLength: -1, Request: r,
+	}
+	if cl := w.sent.Get("Content-Length"); cl != "" {
+		fmt.Sscan(cl, &resp.ContentLength)
+	}
+	if r.Method == http.MethodHead {
+		resp.Body = http.NoBody
+		pr.Close()
+	}
+	return resp, nil
+}
+
+// pipeWriter is the ResponseWriter of a handler run as the origin.
+type pipeWriter struct {
+	h    http.Header
+	pw   *io.PipeWriter
+	req  *http.Request
+	once sync.Once
+	head chan struct{} // closed once code and sent are set
+	code int
+	sent http.Header
+	err  error
+}
+
+func (w *pipeWriter) Header() http.Header { return w.h }
+
+func (w *pipeWriter) WriteHeader(code int) {
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		return // informational: not forwarded
+	}
+	w.once.Do(func() {
+		w.code, w.sent = code, w.h.Clone()
+		if w.sent.Get("Date") == "" {
+			w.sent.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+		}
+		close(w.head)
+	})
+}
+
+func (w *pipeWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.pw.Write(p)
+}
+
+func (w *pipeWriter) Flush() {}
+
+func (w *pipeWriter) finish() {
+	w.WriteHeader(http.StatusOK)
+	w.pw.Close()
+}
+
+func (w *pipeWriter) fail(err error) {
+	w.once.Do(func() {
+		w.err = err
+		close(w.head)
+	})
+	w.pw.CloseWithError(err)
+}

@@ -1,0 +1,148 @@
+package herdhttp
+
+import (
+	"hash/fnv"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/herdcache/herd"
+)
+
+// primaryKey is the cache key of a GET or HEAD request: scheme, host,
+// path and query (sorted when NormalizeQuery is set), then the values of
+// the KeyHeaders fields, encoded with herd.Key so that no two different
+// requests share a key unless all of those are equal. GET and HEAD share
+// the key: a HEAD is answered from a stored GET.
+func (c *engine) primaryKey(r *http.Request) string {
+	parts := make([]string, 0, 4+len(c.keyHeaders))
+	host := r.Host
+	if host == "" {
+		host = r.URL.Host
+	}
+	parts = append(parts, c.scheme(r), strings.ToLower(host), r.URL.EscapedPath(), c.query(r.URL))
+	for _, h := range c.keyHeaders {
+		parts = append(parts, strings.Join(r.Header.Values(h), "\n"))
+	}
+	return herd.Key("http", parts...)
+}
+
+// scheme is the request's scheme: its URL's when it has one (a client
+// request), else https on a TLS connection and http otherwise.
+func (c *engine) scheme(r *http.Request) string {
+	switch {
+	case r.URL.Scheme != "":
+		return strings.ToLower(r.URL.Scheme)
+	case r.TLS != nil:
+		return "https"
+	}
+	return "http"
+}
+
+// query is the key's form of u's query: as sent, or with NormalizeQuery
+// its parameters sorted by name (keeping the order of one name's values)
+// and re-encoded, so that ?b=2&a=1 and ?a=1&b=2 share a key.
+func (c *engine) query(u *url.URL) string {
+	if !c.o.NormalizeQuery || u.RawQuery == "" {
+		if u.ForceQuery || u.RawQuery != "" {
+			return "?" + u.RawQuery
+		}
+		return ""
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "?" + u.RawQuery // an unparsable query is its own key
+	}
+	return "?" + q.Encode()
+}
+
+// variantKey is the key of the variant bucket of primary for the
+// normalised values of the fields it varies on: one of MaxVariants keys,
+// so that a URL never has more variants stored than that. Values that
+// share a bucket replace each other there; an entry is served only to a
+// request whose values equal the ones it stores.
+func (c *engine) variantKey(primary string, values []string) string {
+	h := fnv.New64a()
+	for _, v := range values {
+		h.Write([]byte(v))
+		h.Write([]byte{0})
+	}
+	return herd.Key("vary", primary, strconv.FormatUint(h.Sum64()%uint64(c.o.MaxVariants), 10))
+}
+
+// varyNames parses the Vary field of a response: its field names,
+// canonical, sorted and without duplicates; star reports a "*".
+func varyNames(h http.Header) (names []string, star bool) {
+	for _, line := range h.Values("Vary") {
+		for f := range strings.SplitSeq(line, ",") {
+			f = strings.TrimSpace(f)
+			switch f {
+			case "":
+			case "*":
+				star = true
+			default:
+				names = append(names, http.CanonicalHeaderKey(f))
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), star
+}
+
+// varyValues returns the normalised values of names in r.
+func varyValues(r *http.Request, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = normalizeField(n, r.Header.Values(n))
+	}
+	return out
+}
+
+// normalizeField is the value of field name in a request, as the
+// secondary key compares it (RFC 9111 §4.1 allows normalisation that keeps
+// the field's semantics): the field lines joined by commas, the list
+// members trimmed of whitespace. Accept-Encoding becomes its set of
+// codings with a non-zero q-value, lower case and sorted; the other
+// Accept fields, whose tokens are case-insensitive, are lower-cased.
+func normalizeField(name string, lines []string) string {
+	var members []string
+	for _, line := range lines {
+		for m := range strings.SplitSeq(line, ",") {
+			m = strings.Join(strings.Fields(m), " ")
+			m = strings.ReplaceAll(strings.ReplaceAll(m, " ;", ";"), "; ", ";")
+			if m != "" {
+				members = append(members, m)
+			}
+		}
+	}
+	switch name {
+	case "Accept-Encoding":
+		codings := members[:0]
+		for _, m := range members {
+			coding, params, _ := strings.Cut(strings.ToLower(m), ";")
+			if zeroQ(params) {
+				continue
+			}
+			codings = append(codings, coding)
+		}
+		slices.Sort(codings)
+		return strings.Join(slices.Compact(codings), ",")
+	case "Accept", "Accept-Language", "Accept-Charset":
+		return strings.ToLower(strings.Join(members, ","))
+	}
+	return strings.Join(members, ",")
+}
+
+// zeroQ reports whether a member's parameters give it q=0.
+func zeroQ(params string) bool {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if ok && strings.TrimSpace(k) == "q" {
+			q, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return err == nil && q == 0
+		}
+	}
+	return false
+}
