@@ -117,8 +117,9 @@ type request struct {
 	// Vary index gives; names are the index's names then.
 	key   string
 	names []string
-	// old is the stored response it found, stale or to be revalidated.
-	old *entry
+	// old is the stored response it found, stale or to be revalidated;
+	// found is whatever entry it found under key, usable or not.
+	old, found *entry
 	// fwd is the Cache-Status fwd reason of a fetch it makes.
 	fwd string
 	// restarts counts the lookups made again after a fetch gave an index.
@@ -149,7 +150,7 @@ func (c *engine) roundTrip(r *http.Request) (*http.Response, error) {
 // lookup answers q from what the tiers hold under its key, or fetches.
 func (c *engine) lookup(q *request) (*http.Response, error) {
 	ctx := q.r.Context()
-	q.key, q.names, q.old, q.fwd = q.primary, nil, nil, "uri-miss"
+	q.key, q.names, q.old, q.found, q.fwd = q.primary, nil, nil, nil, "uri-miss"
 	e := c.peek(ctx, q.key)
 	if e != nil && e.kind == kindIndex {
 		q.names = e.varyNames
@@ -157,6 +158,7 @@ func (c *engine) lookup(q *request) (*http.Response, error) {
 		q.fwd = "vary-miss"
 		e = c.peek(ctx, q.key)
 	}
+	q.found = e
 	if e != nil && e.kind == kindResponse && !c.matches(e, q.r) {
 		e, q.fwd = nil, "vary-miss" // another variant shares the bucket
 	}
@@ -286,7 +288,10 @@ func (c *engine) fetch(q *request) (*http.Response, error) {
 	var f *fetch // the leader's
 	if leader {
 		f = c.newFetch(q, s)
-		viaHerd := q.old == nil || now >= q.old.herdSoft
+		// herd would hand back an entry it holds as fresh: a response the
+		// request may not use (it needs validating, or is another variant
+		// of its bucket) is replaced by a direct fetch.
+		viaHerd := q.found == nil || now >= q.found.herdSoft
 		go c.lead(f, viaHerd)
 		defer s.leaderDone()
 	}

@@ -68,7 +68,7 @@ type Options struct {
 	// are passed to the origin uncached carry every end-to-end field.
 	ForwardHeaders []string
 	// MaxVariants is how many responses that vary (Vary) are stored per
-	// URL at most. Zero means 8.
+	// URL at most. Zero means 16.
 	MaxVariants int
 
 	// Heuristic, when positive, makes a response without explicit
@@ -118,7 +118,7 @@ type Options struct {
 }
 
 // DefaultOptions returns the recommended settings: a 64 MiB local tier,
-// bodies stored up to 1 MiB, eight variants per URL, hit-for-pass for
+// bodies stored up to 1 MiB, 16 variants per URL, hit-for-pass for
 // 30 s, no heuristic freshness and request Cache-Control ignored.
 func DefaultOptions() *Options {
 	return &Options{}
@@ -131,7 +131,7 @@ const (
 	defaultLeaseTTL     = 5 * time.Second
 	defaultNearTTL      = time.Second
 	defaultFetchTimeout = time.Minute
-	defaultMaxVariants  = 8
+	defaultMaxVariants  = 16
 	defaultHeuristicMax = 24 * time.Hour
 	defaultPassTTL      = 30 * time.Second
 	defaultErrorBackoff = time.Second

@@ -109,7 +109,7 @@ func weakEqual(a, b string) bool {
 // lists.
 func (c *engine) notModified(resp *http.Response) *http.Response {
 	h := http.Header{}
-	for _, k := range []string{"Cache-Control", "Content-Location", "Date", "ETag", "Expires", "Vary", "Last-Modified", "Age", "Cache-Status"} {
+	for _, k := range []string{"Cache-Control", "Content-Location", "Date", "Etag", "Expires", "Vary", "Last-Modified", "Age", "Cache-Status"} {
 		if vs, ok := resp.Header[k]; ok {
 			h[k] = vs
 		}
@@ -126,8 +126,14 @@ func (c *engine) notModified(resp *http.Response) *http.Response {
 // §14.2 lets a server ignore Range).
 func serveRange(r *http.Request, resp *http.Response, body []byte) {
 	if ir := r.Header.Get("If-Range"); ir != "" {
+		// An entity tag must match strongly, a date exactly (RFC 9110
+		// §13.1.5); otherwise the whole body is sent.
 		etag := resp.Header.Get("ETag")
-		if strings.HasPrefix(ir, "W/") || ir != etag && (etag == "" || !strings.HasPrefix(ir, `"`)) && ir != resp.Header.Get("Last-Modified") {
+		if strings.HasPrefix(ir, `"`) || strings.HasPrefix(ir, "W/") {
+			if ir != etag || strings.HasPrefix(ir, "W/") {
+				return
+			}
+		} else if ir != resp.Header.Get("Last-Modified") {
 			return
 		}
 	}
