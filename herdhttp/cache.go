@@ -151,11 +151,19 @@ func (c *engine) roundTrip(r *http.Request) (*http.Response, error) {
 func (c *engine) lookup(q *request) (*http.Response, error) {
 	ctx := q.r.Context()
 	q.key, q.names, q.old, q.found, q.fwd = q.primary, nil, nil, nil, "uri-miss"
+	// A fetch of the key in progress here is joined before the tiers are
+	// asked: herd would make the question wait for that fetch's end.
+	if s := c.fl.get(q.key); s != nil {
+		return c.follow(q, s, nil)
+	}
 	e := c.peek(ctx, q.key)
 	if e != nil && e.kind == kindIndex {
 		q.names = e.varyNames
 		q.key = c.variantKey(q.primary, varyValues(q.r, q.names))
 		q.fwd = "vary-miss"
+		if s := c.fl.get(q.key); s != nil {
+			return c.follow(q, s, nil)
+		}
 		e = c.peek(ctx, q.key)
 	}
 	q.found = e
@@ -293,6 +301,15 @@ func (c *engine) fetch(q *request) (*http.Response, error) {
 		// of its bucket) is replaced by a direct fetch.
 		viaHerd := q.found == nil || now >= q.found.herdSoft
 		go c.lead(f, viaHerd)
+	}
+	return c.follow(q, s, f)
+}
+
+// follow answers q from s, a fetch of its key; f is the fetch when q
+// leads it, nil otherwise.
+func (c *engine) follow(q *request, s *stream, f *fetch) (*http.Response, error) {
+	leader := f != nil
+	if leader {
 		defer s.leaderDone()
 	}
 	st, err := s.wait(q.r.Context())
@@ -331,7 +348,7 @@ func (c *engine) fetch(q *request) (*http.Response, error) {
 	if err != nil {
 		return c.fetchFailed(q, err)
 	}
-	return c.settled(q, e, leader, f != nil && f.revalidated.Load())
+	return c.settled(q, e, leader, leader && f.revalidated.Load())
 }
 
 // lead runs the fetch of a stream and settles the stream with its

@@ -31,6 +31,17 @@ func (f *flights) join(key string, bufLimit int64) (s *stream, leader bool) {
 	return s, true
 }
 
+// get returns key's stream when one runs that a reader may join.
+func (f *flights) get(key string) *stream {
+	f.mu.Lock()
+	s := f.m[key]
+	f.mu.Unlock()
+	if s != nil && s.open() {
+		return s
+	}
+	return nil
+}
+
 // remove forgets s as key's stream: later requests start a new one.
 func (f *flights) remove(key string, s *stream) {
 	f.mu.Lock()
