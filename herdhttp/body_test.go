@@ -14,7 +14,7 @@ import (
 	"github.com/herdcache/herd/herdhttp"
 )
 
-// A body is streamed to the client that fetched it and to the requests
+// A body is streamed to the client that fetched it and to a request
 // that joined the fetch, as it arrives: both read the first part while
 // the origin still holds the rest.
 func TestBodyStreamed(t *testing.T) {
@@ -27,40 +27,26 @@ func TestBodyStreamed(t *testing.T) {
 			<-rest
 			io.WriteString(w, "second\n")
 		})
-		type read struct {
-			line string
-			rd   *bufio.Reader
-			resp *http.Response
-		}
-		reads := make(chan read, 2)
-		for range 2 {
-			go func() {
-				resp, err := f.client.Get("http://proxy:80/a")
-				if err != nil {
-					t.Error(err)
-					reads <- read{}
-					return
-				}
-				rd := bufio.NewReader(resp.Body)
-				line, _ := rd.ReadString('\n')
-				reads <- read{line, rd, resp}
-			}()
-		}
-		for range 2 {
-			r := <-reads
-			if r.line != "first\n" {
-				t.Fatalf("first line %q, read while the origin holds the rest; want %q", r.line, "first\n")
+		var rds []*bufio.Reader
+		for i := range 2 { // the second once the first has read its first line
+			resp, err := f.client.Get("http://proxy:80/a")
+			if err != nil {
+				t.Fatal(err)
 			}
-			defer func() {
-				b, _ := io.ReadAll(r.rd)
-				r.resp.Body.Close()
-				if string(b) != "second\n" {
-					t.Errorf("rest %q; want %q", b, "second\n")
-				}
-			}()
+			defer resp.Body.Close()
+			rd := bufio.NewReader(resp.Body)
+			if line, _ := rd.ReadString('\n'); line != "first\n" {
+				t.Fatalf("request %d: first line %q, read while the origin holds the rest; want %q", i, line, "first\n")
+			}
+			rds = append(rds, rd)
 		}
 		f.wantCalls(1, "two requests of one fetch")
 		close(rest)
+		for i, rd := range rds {
+			if b, _ := io.ReadAll(rd); string(b) != "second\n" {
+				t.Errorf("request %d: rest %q; want %q", i, b, "second\n")
+			}
+		}
 	})
 }
 

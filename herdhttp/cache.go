@@ -153,16 +153,16 @@ func (c *engine) lookup(q *request) (*http.Response, error) {
 	q.key, q.names, q.old, q.found, q.fwd = q.primary, nil, nil, nil, "uri-miss"
 	// A fetch of the key in progress here is joined before the tiers are
 	// asked: herd would make the question wait for that fetch's end.
-	if s := c.fl.get(q.key); s != nil {
-		return c.follow(q, s, nil)
+	if s, b := c.fl.get(q.key); s != nil {
+		return c.follow(q, s, b, nil)
 	}
 	e := c.peek(ctx, q.key)
 	if e != nil && e.kind == kindIndex {
 		q.names = e.varyNames
 		q.key = c.variantKey(q.primary, varyValues(q.r, q.names))
 		q.fwd = "vary-miss"
-		if s := c.fl.get(q.key); s != nil {
-			return c.follow(q, s, nil)
+		if s, b := c.fl.get(q.key); s != nil {
+			return c.follow(q, s, b, nil)
 		}
 		e = c.peek(ctx, q.key)
 	}
@@ -292,7 +292,7 @@ func (c *engine) fetch(q *request) (*http.Response, error) {
 	if staleOnError(q.old, now) && c.backingOff(q.key, now) {
 		return c.serveStale(q, 0, now)
 	}
-	s, leader := c.fl.join(q.key, c.o.MaxBodyBytes)
+	s, b, leader := c.fl.join(q.key, c.o.MaxBodyBytes)
 	var f *fetch // the leader's
 	if leader {
 		f = c.newFetch(q, s)
@@ -302,16 +302,23 @@ func (c *engine) fetch(q *request) (*http.Response, error) {
 		viaHerd := q.found == nil || now >= q.found.herdSoft
 		go c.lead(f, viaHerd)
 	}
-	return c.follow(q, s, f)
+	return c.follow(q, s, b, f)
 }
 
-// follow answers q from s, a fetch of its key; f is the fetch when q
-// leads it, nil otherwise.
-func (c *engine) follow(q *request, s *stream, f *fetch) (*http.Response, error) {
+// follow answers q from s, a fetch of its key, whose body b reads; f is
+// the fetch when q leads it, nil otherwise.
+func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.Response, error) {
 	leader := f != nil
 	if leader {
 		defer s.leaderDone()
 	}
+	streamed := false
+	defer func() {
+		if !streamed {
+			b.Close()
+		}
+	}()
+	b.ctx = q.r.Context()
 	st, err := s.wait(q.r.Context())
 	if err != nil {
 		return nil, err
@@ -322,10 +329,7 @@ func (c *engine) follow(q *request, s *stream, f *fetch) (*http.Response, error)
 		if !c.matches(head, q.r) {
 			return c.pass(q, OutcomePass, "fwd=vary-miss; detail=vary-mismatch")
 		}
-		body := s.body(q.r.Context())
-		if body == nil {
-			return c.pass(q, OutcomePass, "fwd=bypass; detail=too-large")
-		}
+		streamed = true
 		status := fmt.Sprintf("fwd=%s; fwd-status=%d; stored", q.fwd, head.status)
 		if !leader {
 			status = fmt.Sprintf("fwd=%s; collapsed", q.fwd)
@@ -333,7 +337,7 @@ func (c *engine) follow(q *request, s *stream, f *fetch) (*http.Response, error)
 		} else {
 			c.rec.RecordRoute(q.route, OutcomeMiss)
 		}
-		return c.respond(q, head, body, time.Now().UnixNano(), status), nil
+		return c.respond(q, head, b, time.Now().UnixNano(), status), nil
 	case handedOff:
 		if leader {
 			if live := s.take(); live != nil {
@@ -354,7 +358,6 @@ func (c *engine) follow(q *request, s *stream, f *fetch) (*http.Response, error)
 // lead runs the fetch of a stream and settles the stream with its
 // outcome, unless the fetch already streamed or handed off a response.
 func (c *engine) lead(f *fetch, viaHerd bool) {
-	defer c.fl.remove(f.key, f.s)
 	ctx := context.WithoutCancel(f.ctx)
 	var e *entry
 	var err error
@@ -363,6 +366,9 @@ func (c *engine) lead(f *fetch, viaHerd bool) {
 	} else {
 		e, err = f.direct(ctx)
 	}
+	// Forgotten before it ends: a request made after a reader saw the end
+	// asks the tiers, which hold what this fetch stored.
+	c.fl.remove(f.key, f.s)
 	if f.received.Load() {
 		f.s.end(nil)
 	}

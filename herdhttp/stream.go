@@ -15,31 +15,38 @@ type flights struct {
 	m  map[string]*stream
 }
 
-// join returns key's stream, and whether the caller made it and leads
-// it: the leader must call leaderDone when it stops waiting.
-func (f *flights) join(key string, bufLimit int64) (s *stream, leader bool) {
+// join returns key's stream with a reader of its body, and whether the
+// caller made it and leads it: the leader must call leaderDone when it
+// stops waiting, and every caller must close the reader.
+func (f *flights) join(key string, bufLimit int64) (s *stream, b *streamBody, leader bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if s := f.m[key]; s != nil && s.open() {
-		return s, false
+	if s := f.m[key]; s != nil {
+		if b := s.attach(); b != nil {
+			return s, b, false
+		}
 	}
 	if f.m == nil {
 		f.m = map[string]*stream{}
 	}
 	s = newStream(bufLimit)
 	f.m[key] = s
-	return s, true
+	return s, s.attach(), true
 }
 
-// get returns key's stream when one runs that a reader may join.
-func (f *flights) get(key string) *stream {
+// get returns key's stream, with a reader of its body, when one runs that
+// a reader may join.
+func (f *flights) get(key string) (*stream, *streamBody) {
 	f.mu.Lock()
 	s := f.m[key]
 	f.mu.Unlock()
-	if s != nil && s.open() {
-		return s
+	if s == nil {
+		return nil, nil
 	}
-	return nil
+	if b := s.attach(); b != nil {
+		return s, b
+	}
+	return nil, nil
 }
 
 // remove forgets s as key's stream: later requests start a new one.
@@ -104,12 +111,22 @@ func newStream(limit int64) *stream {
 	return &stream{changed: make(chan struct{}), limit: max(limit, 64<<10)}
 }
 
-// open reports whether a new reader may join: not once bytes may have
-// been dropped (overflow), nor once the body failed.
-func (s *stream) open() bool {
+// attach registers a reader of the body from its first byte, unless no
+// reader may join any more: once bytes may have been dropped (overflow),
+// or once the body failed. Bytes a registered reader has yet to read are
+// kept for it until it closes.
+func (s *stream) attach() *streamBody {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.overflow && !(s.ended && s.endErr != nil)
+	if s.overflow || s.ended && s.endErr != nil {
+		return nil
+	}
+	b := &streamBody{s: s, ctx: context.Background()}
+	if s.offsets == nil {
+		s.offsets = map[*streamBody]int64{}
+	}
+	s.offsets[b] = 0
+	return b
 }
 
 // leaderDone records that the leader stopped waiting, and closes a
@@ -263,23 +280,8 @@ func (s *stream) result() (*entry, error) {
 	return s.e, s.err
 }
 
-// body returns a reader of a streaming stream's body from its first
-// byte, or nil when those bytes are gone (overflow).
-func (s *stream) body(ctx context.Context) io.ReadCloser {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.base > 0 {
-		return nil
-	}
-	b := &streamBody{s: s, ctx: ctx}
-	if s.offsets == nil {
-		s.offsets = map[*streamBody]int64{}
-	}
-	s.offsets[b] = 0
-	return b
-}
-
-// streamBody reads a stream's body as it arrives.
+// streamBody reads a stream's body as it arrives. ctx, set before the
+// first Read, ends its waits.
 type streamBody struct {
 	s      *stream
 	ctx    context.Context
