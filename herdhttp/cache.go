@@ -352,7 +352,9 @@ func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.R
 	if err != nil {
 		return c.fetchFailed(q, err)
 	}
-	return c.settled(q, e, leader, leader && f.revalidated.Load())
+	// A leader whose fetch never ran was answered by another replica's.
+	own := leader && f.used.Load()
+	return c.settled(q, e, own, own && f.revalidated.Load())
 }
 
 // lead runs the fetch of a stream and settles the stream with its
@@ -362,7 +364,13 @@ func (c *engine) lead(f *fetch, viaHerd bool) {
 	var e *entry
 	var err error
 	if viaHerd {
-		e, err = c.hc.Get(ctx, f.key, f.load, herd.NoStale())
+		// A Get with a load may join the flight of a peek (a Get without
+		// one) that began just before, and share its ErrNoLoader: ask again.
+		for range 4 {
+			if e, err = c.hc.Get(ctx, f.key, f.load, herd.NoStale()); !errors.Is(err, herd.ErrNoLoader) {
+				break
+			}
+		}
 	} else {
 		e, err = f.direct(ctx)
 	}
@@ -377,7 +385,7 @@ func (c *engine) lead(f *fetch, viaHerd bool) {
 
 // settled answers q with e, the entry its fetch ended in without
 // streaming: a revalidated response, another replica's fetch, a mark.
-func (c *engine) settled(q *request, e *entry, leader, revalidated bool) (*http.Response, error) {
+func (c *engine) settled(q *request, e *entry, own, revalidated bool) (*http.Response, error) {
 	now := time.Now().UnixNano()
 	switch e.kind {
 	case kindPass:
@@ -401,7 +409,7 @@ func (c *engine) settled(q *request, e *entry, leader, revalidated bool) (*http.
 	case revalidated:
 		status = fmt.Sprintf("fwd=%s; fwd-status=304", q.fwd)
 		c.rec.RecordRoute(q.route, OutcomeRevalidated)
-	case leader:
+	case own:
 		status = fmt.Sprintf("fwd=%s; stored", q.fwd)
 		c.rec.RecordRoute(q.route, OutcomeMiss)
 	default:

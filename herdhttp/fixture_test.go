@@ -85,13 +85,15 @@ func (f *fixture) get(path string, fields ...string) reply {
 	return f.do(http.MethodGet, "proxy", path, fields...)
 }
 
-// do sends method path to the named server.
+// do sends method path to the named server, with Host www.example
+// whatever the server: replicas of a fleet serve one site.
 func (f *fixture) do(method, server, path string, fields ...string) reply {
 	f.t.Helper()
 	req, err := http.NewRequest(method, "http://"+server+":80"+path, nil)
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	req.Host = "www.example"
 	for _, fl := range fields {
 		k, v, _ := strings.Cut(fl, ":")
 		req.Header.Add(k, strings.TrimSpace(v))

@@ -139,7 +139,7 @@ func TestUnsafeInvalidates(t *testing.T) {
 				w.WriteHeader(http.StatusInternalServerError)
 			default:
 				w.Header().Set("Location", "/loc")
-				w.Header().Set("Content-Location", "http://proxy:80/cloc")
+				w.Header().Set("Content-Location", "http://www.example/cloc")
 				w.WriteHeader(http.StatusCreated)
 			}
 		})
