@@ -23,6 +23,10 @@ func getURL(t *testing.T, client *http.Client, u string, fields ...string) reply
 	}
 	for _, fl := range fields {
 		k, v, _ := strings.Cut(fl, ":")
+		if k == "Host" {
+			req.Host = strings.TrimSpace(v)
+			continue
+		}
 		req.Header.Add(k, strings.TrimSpace(v))
 	}
 	resp, err := client.Do(req)

@@ -2,8 +2,20 @@ module github.com/herdcache/herd/herdhttp
 
 go 1.26.0
 
-require github.com/herdcache/herd v0.0.0-00010101000000-000000000000
+require (
+	github.com/herdcache/herd v0.0.0-00010101000000-000000000000
+	github.com/herdcache/herd/redisstore v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+)
 
-require github.com/maypok86/otter/v2 v2.4.0 // indirect
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/maypok86/otter/v2 v2.4.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
 
-replace github.com/herdcache/herd => ../
+replace (
+	github.com/herdcache/herd => ../
+	github.com/herdcache/herd/redisstore => ../redisstore
+)

@@ -22,6 +22,9 @@ type gatedOrigin struct {
 	mu     sync.Mutex
 	gate   chan struct{}
 	status atomic.Int64
+	// arrived gets one value (when it has room) for each request that
+	// waits at the gate.
+	arrived chan struct{}
 }
 
 func (o *gatedOrigin) handle(w http.ResponseWriter, r *http.Request) {
@@ -29,6 +32,10 @@ func (o *gatedOrigin) handle(w http.ResponseWriter, r *http.Request) {
 	g := o.gate
 	o.mu.Unlock()
 	if g != nil {
+		select {
+		case o.arrived <- struct{}{}:
+		default:
+		}
 		<-g
 	}
 	w.Header().Set("Cache-Control", o.cc)
