@@ -3,6 +3,7 @@ module github.com/herdcache/herd/herdhttp
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/herdcache/herd v0.0.0-00010101000000-000000000000
 	github.com/herdcache/herd/redisstore v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0

@@ -3,6 +3,9 @@ package herdhttp
 import (
 	"net/http"
 	"strconv"
+	"sync"
+
+	"github.com/herdcache/herd"
 )
 
 // Outcome is how herdhttp answered one request.
@@ -64,4 +67,51 @@ func (c *engine) route(r *http.Request) string {
 		return p
 	}
 	return "other"
+}
+
+// Counts is a Recorder that counts outcomes by route in memory, for tests
+// and for metrics systems that read counters. Its zero value is ready to
+// use; it is safe for concurrent use.
+type Counts struct {
+	herd.NopRecorder
+	mu sync.Mutex
+	m  map[string]*[outcomeCount]int64
+}
+
+const outcomeCount = int(OutcomeShed) + 1
+
+// RecordRoute counts one outcome of route.
+func (c *Counts) RecordRoute(route string, o Outcome) {
+	if int(o) >= outcomeCount {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*[outcomeCount]int64{}
+	}
+	n := c.m[route]
+	if n == nil {
+		n = new([outcomeCount]int64)
+		c.m[route] = n
+	}
+	n[o]++
+}
+
+// Snapshot returns the counts so far: route, then outcome, then count.
+// Outcomes never recorded are left out.
+func (c *Counts) Snapshot() map[string]map[Outcome]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]map[Outcome]int64, len(c.m))
+	for r, n := range c.m {
+		m := map[Outcome]int64{}
+		for o, v := range n {
+			if v != 0 {
+				m[Outcome(o)] = v
+			}
+		}
+		out[r] = m
+	}
+	return out
 }
