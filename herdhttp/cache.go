@@ -292,7 +292,7 @@ func (c *engine) fetch(q *request) (*http.Response, error) {
 	if staleOnError(q.old, now) && c.backingOff(q.key, now) {
 		return c.serveStale(q, 0, now)
 	}
-	s, b, leader := c.fl.join(q.key, c.o.MaxBodyBytes)
+	s, b, leader := c.fl.join(q.key, c.o.MaxBodyBytes, q.old)
 	var f *fetch // the leader's
 	if leader {
 		f = c.newFetch(q, s)
@@ -350,6 +350,9 @@ func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.R
 	}
 	e, err := s.result()
 	if err != nil {
+		if q.old == nil {
+			q.old = s.old // a reader that joined before looking at the tiers
+		}
 		return c.fetchFailed(q, err)
 	}
 	// A leader whose fetch never ran was answered by another replica's.

@@ -18,7 +18,9 @@ type flights struct {
 // join returns key's stream with a reader of its body, and whether the
 // caller made it and leads it: the leader must call leaderDone when it
 // stops waiting, and every caller must close the reader.
-func (f *flights) join(key string, bufLimit int64) (s *stream, b *streamBody, leader bool) {
+// old is the stored response the fetch revalidates, if any: a reader
+// that joined without looking at the tiers may serve it on error.
+func (f *flights) join(key string, bufLimit int64, old *entry) (s *stream, b *streamBody, leader bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if s := f.m[key]; s != nil {
@@ -30,6 +32,7 @@ func (f *flights) join(key string, bufLimit int64) (s *stream, b *streamBody, le
 		f.m = map[string]*stream{}
 	}
 	s = newStream(bufLimit)
+	s.old = old
 	f.m[key] = s
 	return s, s.attach(), true
 }
@@ -105,6 +108,10 @@ type stream struct {
 
 	// finished
 	err error
+
+	// old is the stored response the fetch revalidates; set before the
+	// stream is shared, never changed.
+	old *entry
 }
 
 func newStream(limit int64) *stream {

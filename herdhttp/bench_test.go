@@ -1,0 +1,66 @@
+package herdhttp_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/herdcache/herd/herdhttp"
+)
+
+// BenchmarkProxyHit compares the cache-hit throughput of NewProxy with
+// httputil.ReverseProxy's, both on loopback in front of an instant origin
+// that answers 1 KiB: herdhttp answers from its local tier, the
+// ReverseProxy asks the origin each time. Compare the two with
+// benchstat -col /proxy.
+func BenchmarkProxyHit(b *testing.B) {
+	body := strings.Repeat("x", 1024)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		io.WriteString(w, body)
+	}))
+	defer origin.Close()
+	up, _ := url.Parse(origin.URL)
+	cached, err := herdhttp.NewProxy(up, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cached.Close(b.Context())
+	rp := httputil.NewSingleHostReverseProxy(up)
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256}
+	for _, c := range []struct {
+		name string
+		h    http.Handler
+	}{{"proxy=herdhttp", cached}, {"proxy=reverseproxy", rp}} {
+		b.Run(c.name, func(b *testing.B) {
+			front := httptest.NewServer(c.h)
+			defer front.Close()
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+			u := front.URL + "/page"
+			get := func() {
+				resp, err := client.Get(u)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if n != 1024 {
+					b.Errorf("read %d bytes", n)
+				}
+			}
+			get() // stored
+			b.SetParallelism(4)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					get()
+				}
+			})
+		})
+	}
+}
