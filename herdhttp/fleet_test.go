@@ -129,7 +129,6 @@ func TestFleetHitForPass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var released atomic.Int64 // fake Unix ns of the release
 		var late atomic.Int64     // origin requests that came after the release, later than it
-		f := newFixture(t, nil, nil)
 		gate := make(chan struct{})
 		var first sync.Once
 		origin := func(w http.ResponseWriter, r *http.Request) {
@@ -144,8 +143,7 @@ func TestFleetHitForPass(t *testing.T) {
 			w.Header().Set("Cache-Control", "max-age=60")
 			fmt.Fprintf(w, "for %q", r.Header.Get("Authorization"))
 		}
-		f2 := newFixture(t, nil, origin)
-		f = f2
+		f := newFixture(t, nil, origin)
 		replicas := f.fleet(5, herdhttp.Options{})
 		var wg sync.WaitGroup
 		users := []string{"alice", "bob", ""}
