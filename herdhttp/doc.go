@@ -1,3 +1,149 @@
-// Package herdhttp is a shared HTTP cache (RFC 9111) over a herd cache, as
-// net/http middleware, a client Transport and a reverse proxy.
+// Package herdhttp is a shared HTTP cache (RFC 9111, with RFC 5861's
+// stale-while-revalidate and stale-if-error) over a herd cache, whose
+// misses and revalidations collapse to one origin request per key across
+// every replica of a fleet.
+//
+// It comes in three forms, over one engine: [Middleware] in front of an
+// http.Handler, [NewTransport] as an http.RoundTripper (for clients and
+// for reverse proxies such as httputil.ReverseProxy), and [NewProxy], a
+// caching reverse proxy to one upstream. Responses are kept in a herd
+// cache: a local tier bounded in bytes (Options.MaxBytes) and, with
+// Options.Store, a tier shared by the replicas (redisstore in production,
+// memory.Remote in one process). With Options.Lease, one replica fetches
+// a key while the others wait for its notice.
+//
+// # The cache key
+//
+// A GET or HEAD is keyed by its scheme, host, path and query (as sent, or
+// with Options.NormalizeQuery sorted by parameter name) and the values of
+// Options.KeyHeaders, such as a tenant header. A response that varies
+// (Vary) is stored under a secondary key made of the normalised values of
+// the request fields it varies on (see below). The key must hold
+// everything a response depends on: two requests that may be answered
+// differently must never share a key, or one client is served another's
+// response. herdhttp sends the origin, on the fetches whose responses it
+// may store, only the request fields that can be part of a key: Accept,
+// Accept-Encoding, Accept-Language, Authorization, Cookie, the KeyHeaders,
+// Options.ForwardHeaders and the fields the URL's responses vary on.
+// Any other field a client sends is dropped from those fetches, so it
+// cannot change a stored response (unkeyed-header poisoning); requests
+// passed to the origin uncached carry every end-to-end field.
+//
+// # What is stored, and for how long (RFC 9111)
+//
+//   - GET responses with a status that is final and understood (not 206
+//     or 304) are stored when they give a freshness lifetime: s-maxage,
+//     then max-age, then Expires less Date (an invalid Expires is already
+//     expired). Without one, a response with a status cacheable by default
+//     (200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501) is fresh for
+//     Options.Heuristic of its age since Last-Modified, at most
+//     Options.HeuristicMax, and only when Heuristic is set.
+//   - Not stored, and the key marked hit-for-pass for Options.PassTTL (a
+//     second for 5xx answers): no-store, unqualified private, a response
+//     to a request with Authorization that carries none of public,
+//     s-maxage or must-revalidate (§3.5), Vary: *, Set-Cookie (unless
+//     Options.StoreSetCookie, which stores the response without it), a
+//     status not stored, no freshness, a body over Options.MaxBodyBytes,
+//     and a response already stale on arrival that nothing lets be used.
+//     Requests to a key marked hit-for-pass go to the origin at once,
+//     uncollapsed; on every replica the mark is what the waiting requests
+//     get from the lease holder's notice.
+//   - Stored fields exclude hop-by-hop fields (and those Connection
+//     names), Set-Cookie, and the fields a qualified private or no-cache
+//     names. A response without Date gets the time it was received.
+//   - Age is computed as §4.2.3 says, from the request and response times
+//     stored in the entry and the Date and Age the origin sent. Those times
+//     come from the clock of the replica that fetched; another replica
+//     computes the age with its own clock, so the replicas' clocks must
+//     agree to well within the freshness lifetimes used: a replica whose
+//     clock is ahead by d serves a response d older than it is.
+//   - Every answer carries Age and a Cache-Status member (RFC 9211) named
+//     Options.Name: hit (with its ttl), fwd=uri-miss, vary-miss, stale,
+//     request, method or bypass, with fwd-status, stored, collapsed and a
+//     detail where they apply.
+//   - no-cache (unqualified) makes every reuse wait for a validation;
+//     must-revalidate and proxy-revalidate forbid serving the response
+//     stale (stale windows included); when the origin cannot be reached
+//     the answer is 504. The implied proxy-revalidate of s-maxage does not
+//     override an explicit stale-while-revalidate or stale-if-error.
+//   - The request's Cache-Control is honoured only with
+//     Options.RequestCacheControl: no-store and no-cache send the request
+//     to the origin (the latter storing the answer), max-age, min-fresh
+//     and max-stale bound what is served, only-if-cached answers 504
+//     rather than fetch; Pragma: no-cache counts as no-cache when there is
+//     no Cache-Control.
+//   - Vary: each URL whose responses vary has an index (the field names)
+//     under its key and its responses under up to Options.MaxVariants
+//     secondary keys, chosen by a hash of the normalised values: field
+//     lines joined, list members trimmed, Accept-Encoding reduced to its
+//     set of codings with a non-zero q, the other Accept fields
+//     lower-cased. A stored response is served only to a request whose
+//     normalised values equal its own; values that share a secondary key
+//     replace each other.
+//   - A HEAD is answered from a stored GET; a HEAD that nothing stored
+//     answers is passed to the origin.
+//   - A stale response with an ETag or Last-Modified is revalidated with
+//     If-None-Match or If-Modified-Since; a 304 replaces the stored fields
+//     it carries (Content-Length aside) and the response's times. A
+//     response with a validator is kept Options.KeepForRevalidation past
+//     its freshness and stale windows to be revalidated so.
+//   - An unsafe method (not GET, HEAD, OPTIONS or TRACE) answered with a
+//     status below 400 invalidates its target URI and the URIs of its
+//     Location and Content-Location on the same host (§4.4), variants
+//     included, on every replica with a Store.
+//   - A client's If-None-Match (weak comparison), or If-Modified-Since
+//     when there is none, that a stored 200 meets is answered 304. A
+//     single byte range (with If-Range, if any, holding) is served from a
+//     stored 200 as 206 or 416; several ranges are answered with the whole
+//     response; a Range that nothing stored answers is passed to the
+//     origin and its answer not stored.
+//   - Bodies are streamed to the request that fetched them and to the
+//     requests of this process that join the fetch, as they arrive. A body
+//     is stored only whole: one cut short reaches its readers as a failed
+//     transfer and is stored nowhere. A body that passes
+//     Options.MaxBodyBytes, or announces it with Content-Length, marks its
+//     key hit-for-pass for the fleet at once; the requests already reading
+//     it read it to the end.
+//
+// # Stale responses (RFC 5861)
+//
+// Within stale-while-revalidate past its freshness, a stale response is
+// served at once and one revalidation runs behind it for the whole fleet
+// (herd's background refresh, through the lease). Past that window, a
+// request waits for a revalidation (collapsed as a miss is), and is served
+// the stale response only when the origin answers 500, 502, 503 or 504,
+// cannot be reached or the limiter sheds the fetch, within stale-if-error;
+// after such a failure this replica serves the stale response without
+// asking the origin for Options.ErrorBackoff. The two windows are kept
+// apart: max-age=60, stale-while-revalidate=600, stale-if-error=86400
+// serves and revalidates for ten minutes, then serves stale only on error
+// for a day. The herd cache holds the entry until the end of the longest
+// window; which window applies is decided from the times stored in the
+// entry.
+//
+// A fetched response is handed to the herd cache as fresh for at least a
+// second, however short its freshness: waiters on other replicas take it
+// only while it is fresh there. A response that needs validating before
+// that second ends (max-age=0, no-cache) is revalidated per request
+// meanwhile, collapsed within each replica, and a stale-while-revalidate
+// revalidation starts at most once a second.
+//
+// # Collapsing
+//
+// Concurrent requests for a key that nothing fresh answers make one
+// origin request: in a process they read the fetch's stream; across
+// replicas, with a Lease, they wait for the holder's notice and read what
+// it stored. Misses collapse on the URL, or on the secondary key the URL's
+// Vary index gives; a waiter whose request does not match the Vary of the
+// response it waited for goes to the origin at once. With
+// Options.Limiter, a fetch the limiter sheds is answered 503 with
+// Retry-After, unless stale-if-error lets a stale response be served.
+//
+// # Metrics
+//
+// A Recorder that implements [RouteRecorder] gets each request's
+// [Outcome] by route, one of Options.Routes (http.ServeMux patterns) or
+// "other", and each revalidation sent to the origin; [Counts] keeps them
+// in memory. herd's own Recorder events (loads, leases, shedding) reach
+// Options.Recorder as for any herd cache.
 package herdhttp

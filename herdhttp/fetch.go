@@ -21,6 +21,7 @@ type fetch struct {
 	c       *engine
 	ctx     context.Context // the client request's values, not its cancellation
 	key     string
+	route   string
 	primary string
 	names   []string // the Vary index's names when key is a variant key
 	out     *http.Request
@@ -63,7 +64,7 @@ func (e *originError) Unwrap() error { return e.err }
 
 func (c *engine) newFetch(q *request, s *stream) *fetch {
 	f := &fetch{
-		c: c, ctx: q.r.Context(), key: q.key, primary: q.primary, names: q.names,
+		c: c, ctx: q.r.Context(), key: q.key, route: q.route, primary: q.primary, names: q.names,
 		rcc: q.rcc, auth: q.r.Header.Get("Authorization") != "", old: q.old, s: s,
 	}
 	f.out = c.fillRequest(q)
@@ -144,6 +145,9 @@ func (f *fetch) run(ctx context.Context) result {
 	// handed off): its request lives on until its body is closed.
 	rctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(ctx), fillKey{}, true), c.o.FetchTimeout)
 	out := f.out.WithContext(rctx)
+	if f.old != nil {
+		c.rec.RecordRoute(f.route, OutcomeRevalidation)
+	}
 	reqTime := time.Now().UnixNano()
 	resp, err := c.origin.RoundTrip(out)
 	if err != nil {

@@ -25,8 +25,9 @@ const (
 	// OutcomeHitForPass: sent to the origin uncached, because its key is
 	// marked hit-for-pass.
 	OutcomeHitForPass
-	// OutcomeRevalidated: the request's conditional fetch was answered 304
-	// and the stored response served.
+	// OutcomeRevalidated: the request waited for a conditional fetch of its
+	// stored response that the origin answered 304, and was served the
+	// stored response.
 	OutcomeRevalidated
 	// OutcomePass: sent to the origin uncached for another reason (an
 	// unsafe method, a Range or HEAD that nothing stored answers, the
@@ -34,9 +35,14 @@ const (
 	OutcomePass
 	// OutcomeShed: answered 503 because the limiter shed the fetch.
 	OutcomeShed
+	// OutcomeRevalidation is an event, not a request's outcome: a
+	// conditional fetch of a stored response was sent to the origin, for a
+	// request waiting on it or behind a stale response served at once
+	// (stale-while-revalidate). It is recorded once per fetch.
+	OutcomeRevalidation
 )
 
-var outcomeNames = [...]string{"", "hit", "stale", "miss", "collapsed", "hit-for-pass", "revalidated", "pass", "shed"}
+var outcomeNames = [...]string{"", "hit", "stale", "miss", "collapsed", "hit-for-pass", "revalidated", "pass", "shed", "revalidation"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) && o != 0 {
@@ -49,7 +55,8 @@ func (o Outcome) String() string {
 // counts herdhttp's outcomes by route: route is the Options.Routes pattern
 // the request matched, or "other". herd.Recorder keeps its methods; a
 // recorder gains this one by implementing it. It is called once per
-// request, on the request's goroutine, and must be cheap.
+// request with the request's outcome, and once per revalidation sent to
+// the origin with OutcomeRevalidation; it must be cheap.
 type RouteRecorder interface {
 	RecordRoute(route string, o Outcome)
 }
@@ -78,7 +85,7 @@ type Counts struct {
 	m  map[string]*[outcomeCount]int64
 }
 
-const outcomeCount = int(OutcomeShed) + 1
+const outcomeCount = int(OutcomeRevalidation) + 1
 
 // RecordRoute counts one outcome of route.
 func (c *Counts) RecordRoute(route string, o Outcome) {

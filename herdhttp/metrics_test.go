@@ -14,7 +14,7 @@ import (
 
 // Outcomes are counted by the route templates configured, never by raw
 // path: hits, misses, stale serves, collapsed requests, hit-for-pass and
-// revalidations.
+// revalidations (one behind a stale serve, one a request waited for).
 func TestRouteMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		counts := &herdhttp.Counts{}
@@ -59,7 +59,7 @@ func TestRouteMetrics(t *testing.T) {
 		close(gate)
 		wg.Wait() // one miss, two collapsed
 		want := map[string]map[herdhttp.Outcome]int64{
-			"GET /products/{id}": {herdhttp.OutcomeMiss: 2, herdhttp.OutcomeHit: 1, herdhttp.OutcomeStale: 1, herdhttp.OutcomeRevalidated: 1},
+			"GET /products/{id}": {herdhttp.OutcomeMiss: 2, herdhttp.OutcomeHit: 1, herdhttp.OutcomeStale: 1, herdhttp.OutcomeRevalidated: 1, herdhttp.OutcomeRevalidation: 2},
 			"/private/":          {herdhttp.OutcomeMiss: 1, herdhttp.OutcomeHitForPass: 1},
 			"other":              {herdhttp.OutcomeMiss: 1, herdhttp.OutcomeCollapsed: 2},
 		}
