@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -127,5 +128,83 @@ func TestRedisFleet(t *testing.T) {
 				t.Errorf("%s as %q: %q; want %q (Cache-Status %q)", srv.URL, auth, r.body, want, strings.Join(r.header.Values("Cache-Status"), ", "))
 			}
 		}
+	}
+}
+
+// Over a real Redis, in real time: 100 concurrent requests on 5 replicas
+// for a response that is not shareable. Once the first response's
+// fields are written, the other 99 reach the origin, released by the
+// notice; the time from the one to the last of the others is measured,
+// and bounded loosely here for loaded machines (the measured value is
+// logged).
+func TestRedisHitForPassRelease(t *testing.T) {
+	addr := redisServer(t)
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var released time.Time
+	var last time.Time
+	var calls atomic.Int64
+	var earliest time.Time
+	first := make(chan struct{}, 1)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/warm" {
+			w.Header().Set("Cache-Control", "private")
+			return
+		}
+		if calls.Add(1) == 1 {
+			first <- struct{}{}
+			<-gate
+			mu.Lock()
+			released = time.Now()
+			mu.Unlock()
+		} else {
+			mu.Lock()
+			last = time.Now()
+			if earliest.IsZero() {
+				earliest = last
+			}
+			mu.Unlock()
+		}
+		w.Header().Set("Cache-Control", "private")
+		w.Write([]byte("mine"))
+	}))
+	defer origin.Close()
+	up, _ := url.Parse(origin.URL)
+	in := make(chan struct{}, 200)
+	replicas := redisReplicas(t, 5, addr, up, herdhttp.Options{}, in)
+	// Connections to the origin are opened first, as in a fleet that has
+	// been serving: 20 per replica.
+	var wg sync.WaitGroup
+	for i := range 100 {
+		srv := replicas[i%5]
+		wg.Go(func() { getURL(t, srv.Client(), srv.URL+"/warm", "Host: www.example") })
+	}
+	wg.Wait()
+	for range 100 {
+		<-in
+	}
+	for i := range 100 {
+		srv := replicas[i%5]
+		wg.Go(func() {
+			if r := getURL(t, srv.Client(), srv.URL+"/p", "Host: www.example"); r.body != "mine" {
+				t.Errorf("%d %q %v", r.status, r.body, r.err)
+			}
+		})
+		if i == 0 {
+			<-first // the first request leads
+		}
+	}
+	for range 100 {
+		<-in
+	}
+	close(gate)
+	wg.Wait()
+	if n := calls.Load(); n != 100 {
+		t.Fatalf("%d origin requests; want 100", n)
+	}
+	d := last.Sub(released)
+	t.Logf("hit-for-pass over Redis: the other 99 requests reached the origin from %v to %v after the first response", earliest.Sub(released), d)
+	if d > time.Second {
+		t.Errorf("the last waiting request reached the origin %v after the first response; want well under a second", d)
 	}
 }
