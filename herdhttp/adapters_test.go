@@ -15,7 +15,7 @@ import (
 )
 
 // getURL GETs u with client and reads the answer.
-func getURL(t *testing.T, client *http.Client, u string, fields ...string) reply {
+func getURL(t testing.TB, client *http.Client, u string, fields ...string) reply {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, u, nil)
 	if err != nil {
