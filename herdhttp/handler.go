@@ -143,7 +143,11 @@ func NewTransport(next http.RoundTripper, o *Options) (*Transport, error) {
 // RoundTripper. A failure to reach the origin that no stale response
 // covers is returned as the wrapped RoundTripper's error.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
-	return t.e.roundTrip(r)
+	resp, err := t.e.roundTrip(r)
+	if err == nil {
+		resp.Header = resp.Header.Clone() // the caller's to change; the stored fields are shared
+	}
+	return resp, err
 }
 
 // Close stops the cache's background work and waits for it until ctx
