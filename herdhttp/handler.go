@@ -62,6 +62,9 @@ func newProxy(upstream *url.URL, rt http.RoundTripper, o *Options) (*Handler, er
 	return &Handler{e: e}, nil
 }
 
+// ServeHTTP answers r from the cache, or from the origin through it. An
+// error the cache cannot answer otherwise is a 502; a client that went
+// away gets nothing.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp, err := h.e.roundTrip(r)
 	if err != nil {
