@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 
 	"github.com/herdcache/herd/herdhttp"
 )
@@ -30,9 +31,10 @@ func ExampleMiddleware() {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Printf("%s: %s\n", body, resp.Header.Get("Cache-Status"))
+		status := strings.Split(resp.Header.Get("Cache-Status"), "; ")
+		fmt.Printf("%s: %s\n", body, status[1]) // after the cache's name; ttl and the rest follow
 	}
 	// Output:
-	// hello: herd; fwd=uri-miss; fwd-status=200; stored
-	// hello: herd; hit; ttl=60
+	// hello: fwd=uri-miss
+	// hello: hit
 }
