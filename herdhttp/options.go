@@ -31,7 +31,9 @@ type Options struct {
 
 	// Store is the shared tier, the same for every replica (for example a
 	// redisstore.Remote, or a memory.Remote in one process). Nil means the
-	// local tier is the only one.
+	// local tier is the only one. After five failed calls in a row the
+	// replica stops asking it for a second at a time (herd's breaker),
+	// serving from its local tier and fetching once per key per replica.
 	Store herd.Store
 	// Lease makes one replica of the fleet fetch a key while the others
 	// wait for its notice. It needs a Store. Nil means one fetch per key
