@@ -29,11 +29,18 @@ type engine struct {
 	routes     *http.ServeMux  // nil: no routes
 	rec        RouteRecorder   // nopRoutes unless Options.Recorder is a RouteRecorder
 
+	backoffMu sync.Mutex
 	// backoff holds, per key, when this replica may next ask the origin
 	// to revalidate a response that stale-if-error lets it serve, after a
-	// failed attempt (Unix ns).
-	backoff sync.Map
+	// failed attempt (Unix ns); guarded by backoffMu. It holds at most
+	// maxBackoffKeys keys: past that, expired ones are swept out, and a
+	// key that still finds no room is not backed off.
+	backoff map[string]int64
 }
+
+// maxBackoffKeys bounds engine.backoff, so that failures of many keys
+// never asked for again cannot grow it without end.
+const maxBackoffKeys = 10_000
 
 // minHerdSoft is the shortest soft TTL an entry is given in the herd
 // cache, however short its freshness: the cache hands a fetched entry to
@@ -53,7 +60,7 @@ func newEngine(origin http.RoundTripper, o *Options, errResponses bool) (*engine
 	if err != nil {
 		return nil, err
 	}
-	c := &engine{o: cfg, origin: origin, errResponses: errResponses, rec: nopRoutes{}}
+	c := &engine{o: cfg, origin: origin, errResponses: errResponses, rec: nopRoutes{}, backoff: map[string]int64{}}
 	for _, h := range cfg.KeyHeaders {
 		c.keyHeaders = append(c.keyHeaders, http.CanonicalHeaderKey(h))
 	}
@@ -429,7 +436,7 @@ func (c *engine) fetchFailed(q *request, err error) (*http.Response, error) {
 	var oe *originError
 	isOrigin := errors.As(err, &oe)
 	if staleOnError(q.old, now) && (isOrigin || errors.Is(err, herd.ErrOverloaded)) {
-		c.backoff.Store(q.key, now+int64(c.o.ErrorBackoff))
+		c.backOff(q.key, now)
 		fwdStatus := 0
 		if isOrigin && oe.resp != nil {
 			fwdStatus = oe.resp.status
@@ -454,18 +461,33 @@ func (c *engine) fetchFailed(q *request, err error) (*http.Response, error) {
 	return c.gatewayError(q, err), nil
 }
 
+// backOff keeps key from revalidating for ErrorBackoff after now.
+func (c *engine) backOff(key string, now int64) {
+	c.backoffMu.Lock()
+	defer c.backoffMu.Unlock()
+	if _, ok := c.backoff[key]; !ok && len(c.backoff) >= maxBackoffKeys {
+		for k, until := range c.backoff {
+			if now >= until {
+				delete(c.backoff, k)
+			}
+		}
+		if len(c.backoff) >= maxBackoffKeys {
+			return
+		}
+	}
+	c.backoff[key] = now + int64(c.o.ErrorBackoff)
+}
+
 // backingOff reports whether a revalidation of key failed less than
 // ErrorBackoff ago.
 func (c *engine) backingOff(key string, now int64) bool {
-	v, ok := c.backoff.Load(key)
-	if !ok {
-		return false
+	c.backoffMu.Lock()
+	defer c.backoffMu.Unlock()
+	until, ok := c.backoff[key]
+	if ok && now >= until {
+		delete(c.backoff, key)
 	}
-	if now < v.(int64) {
-		return true
-	}
-	c.backoff.CompareAndDelete(key, v)
-	return false
+	return ok && now < until
 }
 
 // serveStale answers q with its stale response under stale-if-error.
