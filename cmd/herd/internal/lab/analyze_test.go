@@ -261,6 +261,32 @@ func TestChecksApply(t *testing.T) {
 	}
 }
 
+// TestAheadInTimeBusy checks refresh-ahead's in-time promise on a busy
+// machine: a stale serve before a refresh fails it while the run's timers
+// ran less than half a refresh's lead late, and suspends it (judging that
+// refreshes ran ahead) once they ran later than that.
+func TestAheadInTimeBusy(t *testing.T) {
+	m := &measures{plan: plan{"hot-key", "ahead", ""}, staleBeforeRefresh: 1, aheadRefreshes: 3,
+		meanLoad: 40 * time.Millisecond, timerLate: 10 * time.Millisecond, loadsPerTTL: 1}
+	m.run.Expiries = 2
+	inTime := func() Check { return checks(m)[5] }
+	if c := inTime(); c.OK || strings.Contains(c.Measured, "suspends") {
+		t.Errorf("a stale serve before a refresh, timers 10ms late for a 48ms lead: %+v, want failed", c)
+	}
+	m.timerLate = 30 * time.Millisecond
+	if c := inTime(); !c.OK || !strings.Contains(c.Measured, "timers up to 30ms late, at least half the refresh's lead of 48ms") {
+		t.Errorf("a stale serve before a refresh, timers 30ms late: %+v, want suspended and passed", c)
+	}
+	m.aheadRefreshes = 0
+	if c := inTime(); c.OK {
+		t.Errorf("no refresh ahead on a busy machine: %+v, want failed", c)
+	}
+	m.staleBeforeRefresh, m.aheadRefreshes = 0, 3
+	if c := inTime(); !c.OK || strings.Contains(c.Measured, "suspends") {
+		t.Errorf("no stale serve before a refresh on a busy machine: %+v, want passed, not suspended", c)
+	}
+}
+
 // TestFleetChecks checks the promises of cold-start's fleet variant: no
 // wait on a warmed key, every key of the hot set taken from the Store with
 // no backing-store call, and warmed keys that take most of the hottest
@@ -272,6 +298,7 @@ func TestFleetChecks(t *testing.T) {
 			hot:  4, hotSetKeys: 4, minWarmed: 4, maxWarmed: 4,
 			minReadShare: 0.976, minHottest: 3,
 			warmRequests: 90, warmedTotal: 12, replicasWarmed: 3,
+			minFound: 4, heldFound: true,
 		}
 	}
 	cs := checks(good())
@@ -297,14 +324,14 @@ func TestFleetChecks(t *testing.T) {
 		edit   func(*measures)
 		failed []int // indices of the checks that fail
 	}{
-		"a wait on a warmed key":        {func(m *measures) { m.waitedWarm = 1 }, []int{0}},
-		"a backing-store call":          {func(m *measures) { m.warmCalls = 1 }, []int{1}},
-		"a key loaded":                  {func(m *measures) { m.warmLoaded = 1 }, []int{1}},
-		"a key failed":                  {func(m *measures) { m.warmFailed = 1 }, []int{1}},
-		"a WarmHot error":               {func(m *measures) { m.warmErrors = 1 }, []int{1}},
-		"a replica short of the set":    {func(m *measures) { m.minWarmed = 3 }, []int{1}},
-		"a replica beyond the set":      {func(m *measures) { m.maxWarmed = 5 }, []int{1}},
-		"keys of too little popularity": {func(m *measures) { m.minReadShare = 0.89 }, []int{2}},
+		"a wait on a warmed key":           {func(m *measures) { m.waitedWarm = 1 }, []int{0}},
+		"a backing-store call":             {func(m *measures) { m.warmCalls = 1 }, []int{1}},
+		"a key loaded":                     {func(m *measures) { m.warmLoaded = 1 }, []int{1}},
+		"a key failed":                     {func(m *measures) { m.warmFailed = 1 }, []int{1}},
+		"a WarmHot error":                  {func(m *measures) { m.warmErrors = 1 }, []int{1}},
+		"a replica short of what it found": {func(m *measures) { m.minWarmed, m.heldFound = 3, false }, []int{1}},
+		"a replica that found nothing":     {func(m *measures) { m.minFound = 0 }, []int{1}},
+		"keys of too little popularity":    {func(m *measures) { m.minReadShare = 0.89 }, []int{2}},
 		"an empty hot set": {func(m *measures) {
 			m.hotSetKeys, m.minWarmed, m.maxWarmed, m.minReadShare, m.minHottest = 0, 0, 0, 0, 0
 		}, []int{1, 2}},
@@ -370,6 +397,70 @@ func TestNodeKillChecks(t *testing.T) {
 	}
 }
 
+// TestMaxOverlap checks the most loads of one key that overlapped on one
+// replica: calls of other replicas or keys, calls one after the other, and
+// failed calls do not add up.
+func TestMaxOverlap(t *testing.T) {
+	key := func(c Call, k int) Call { c.Key = k; return c }
+	failed := call(9, 0, 2, 8)
+	failed.Failed = true
+	calls := []Call{
+		call(1, 0, 0, 10), call(2, 1, 5, 15), key(call(3, 0, 5, 15), 1), // other replica, other key
+		call(4, 0, 10, 20), // after call 1 ended
+		failed,
+	}
+	if got := maxOverlap(calls); got != 1 {
+		t.Errorf("maxOverlap = %d, want 1", got)
+	}
+	if got := maxOverlap(append(calls, call(5, 0, 12, 14))); got != 2 {
+		t.Errorf("maxOverlap with calls 4 and 5 overlapping on replica 0 = %d, want 2", got)
+	}
+	if got := maxOverlap(nil); got != 0 {
+		t.Errorf("maxOverlap of nothing = %d", got)
+	}
+}
+
+// TestCallsSince checks which calls the promises after a flush judge: those
+// that started at or after it, but not those of the caches it retired.
+func TestCallsSince(t *testing.T) {
+	calls := []Call{call(1, 0, 0, 10), call(2, 0, 100, 110), call(3, 1, 105, 120), call(4, 2, 150, 160)}
+	retired := func(id uint64) bool { return id == 3 }
+	got := callsSince(calls, 100*time.Millisecond, retired)
+	if diff := cmp.Diff([][]uint64{{2, 4}}, ids([][]Call{got})); diff != "" {
+		t.Errorf("callsSince (-want +got):\n%s", diff)
+	}
+}
+
+// TestRemoteHeld checks the promises of coalescing and the lease when the
+// remote tier failed: one that held says so; one that did not is judged
+// by what holds whatever Redis does, no two loads of a key overlapping on
+// one replica; without failures nothing changes.
+func TestRemoteHeld(t *testing.T) {
+	m := &measures{plan: plan{"flush", "lease", ""}, maxPerKey: 2, maxPerReplicaKey: 1, keysLoaded: 20, pairsLoaded: 40, maxOverlap: 1}
+	lease := func() Check { return checks(m)[1] }
+	if c := lease(); c.OK || c.Measured != "max 2" {
+		t.Errorf("2 loads of a key with no remote failure: %+v, want failed", c)
+	}
+	m.remoteFailures = 3
+	if c := lease(); !c.OK || !strings.Contains(c.Measured, "max 2; the remote tier failed 3 times, which suspends the promise") ||
+		!strings.Contains(c.Measured, "(max 1 at once)") || c.Observations != 20 {
+		t.Errorf("2 loads of a key after 3 remote failures, none overlapping on a replica: %+v, want passed, saying why", c)
+	}
+	m.maxOverlap = 2
+	if c := lease(); c.OK {
+		t.Errorf("2 overlapping loads of a key on one replica after remote failures: %+v, want failed", c)
+	}
+	m.maxPerKey = 1
+	if c := lease(); !c.OK || c.Measured != "max 1; the remote tier failed 3 times" {
+		t.Errorf("1 load per key despite remote failures: %+v, want passed, with the failures", c)
+	}
+	hot := &measures{plan: plan{"hot-key", "lease", ""}, maxPerExpiry: 3, maxPerReplicaExpiry: 1, remoteFailures: 5, maxOverlap: 1}
+	hot.run.Expiries = 2
+	if cs := checks(hot); !cs[0].OK || !cs[1].OK || !strings.Contains(cs[1].Measured, "suspends") {
+		t.Errorf("hot-key/lease, 3 loads of an expiry after 5 remote failures, no overlap: %+v, want both passed", cs)
+	}
+}
+
 // TestFleetMeasures checks the measures of the keys the replicas warmed:
 // the worst replica's share of the hottest fifth's reads, and how many of
 // the hottest fifth it holds.
@@ -377,6 +468,7 @@ func TestFleetMeasures(t *testing.T) {
 	f := &fleetWarm{
 		hotKeys: []int{0, 1, 2, 4},
 		warmed:  [][]int{{0, 1, 2, 4}, {0, 1, 2, 3}, {0, 1, 2}},
+		found:   []int{4, 4, 3},
 	}
 	f.report.Loaded, f.report.Failed, f.errors = 1, 2, 3
 	var m measures
@@ -385,12 +477,19 @@ func TestFleetMeasures(t *testing.T) {
 	want := (top - popularity(3)) / top // the third replica's 0, 1 and 2
 	if m.hot != 4 || m.hotSetKeys != 4 || m.minWarmed != 3 || m.maxWarmed != 4 ||
 		m.minHottest != 3 || math.Abs(m.minReadShare-want) > 1e-12 ||
-		m.warmLoaded != 1 || m.warmFailed != 2 || m.warmErrors != 3 {
-		t.Errorf("fleetMeasures = %+v, want hot 4, set 4, 3 to 4 warmed, 3 hottest, share %v, 1 loaded, 2 failed, 3 errors", m, want)
+		m.warmLoaded != 1 || m.warmFailed != 2 || m.warmErrors != 3 ||
+		m.minFound != 3 || !m.heldFound || m.warmedTotal != 11 || m.replicasWarmed != 3 {
+		t.Errorf("fleetMeasures = %+v, want hot 4, set 4, 3 to 4 warmed, 3 hottest, share %v, 1 loaded, 2 failed, 3 errors, "+
+			"3 found at least, each held, 11 warmed over 3 replicas", m, want)
+	}
+	f.found[1] = 3 // the second replica holds a key its WarmHot did not find
+	m = measures{}
+	if m.fleetMeasures(f, 4); m.heldFound {
+		t.Error("fleetMeasures: a replica holding other keys than it found counts as holding what it found")
 	}
 	var empty measures
 	empty.fleetMeasures(&fleetWarm{}, 4)
-	if empty.hotSetKeys != 0 || empty.minReadShare != 0 || empty.minWarmed != 0 {
+	if empty.hotSetKeys != 0 || empty.minReadShare != 0 || empty.minWarmed != 0 || empty.heldFound {
 		t.Errorf("fleetMeasures of an empty hot set = %+v, want zeros", empty)
 	}
 }

@@ -43,26 +43,29 @@
 // quarter of the run the remote tier is flushed (memory.Remote.Flush, or
 // SCAN+UNLINK of the run's key prefix on Redis, never FLUSHALL) and every
 // replica gets a fresh cache, as a flush with near-caches left alive would
-// hide the stampede. node-kill: keys in steady use, seeded with expiries
-// spread over one TTL; at a quarter of the run the node dies (memory:
-// SetDown; spawned Redis: SIGKILL, then a restart on the same port, empty)
-// for 0.8 TTL, so each key expires at most once per replica while it is
-// down. On Redis every client fails at once on the dead node (one dial
-// attempt, no retry), so the caches' breakers open and the replicas load
-// while it is down, as with the embedded store. cold-start: empty replicas take traffic at once (variant cold),
-// first all warm the hottest fifth of the keys with Cache.Warm, through the
-// backing store (variant warm), or warm it from the fleet (variant fleet).
-// There every cache of the run shares its hot keys (ShareHotKeys the size
-// of the hottest fifth, ShareHotKeysEvery a twentieth of the run, as the
-// values live far longer than a run); a running fleet keeps every key's
-// value in the remote tier, written without a backing-store call, and one
-// of its caches, the veteran, reads the keys with their popularity (20,000
-// reads a period, spread over it) until the hot set in the Store holds its
-// first period's keys (polled; given up two periods and a client timeout
-// after the veteran started). Then every replica calls Cache.WarmHot for
-// the hottest fifth and takes traffic, for a quarter of the run: none of
-// it reaches the backing store. Flush and cold-start keep values for ten
-// run lengths, so every load they count follows the flush or the start.
+// hide the stampede; the calls the retired caches still make are not
+// counted against the promises. node-kill: keys in steady use, seeded with
+// expiries spread over one TTL; at a quarter of the run the node dies
+// (memory: SetDown; spawned Redis: SIGKILL, then a restart on the same
+// port, empty) for 0.8 TTL, so each key expires at most once per replica
+// while it is down. On Redis every client fails at once on the dead node
+// (one dial attempt, no retry), so the caches' breakers open and the
+// replicas load while it is down, as with the embedded store. cold-start:
+// empty replicas take traffic at once (variant cold), first all warm the
+// hottest fifth of the keys with Cache.Warm, through the backing store
+// (variant warm), or warm it from the fleet (variant fleet). There every
+// cache of the run shares its hot keys (ShareHotKeys the size of the
+// hottest fifth, ShareHotKeysEvery a twentieth of the run and at least
+// 100ms, as the values live far longer than a run); a running fleet keeps
+// every key's value in the remote tier, written without a backing-store
+// call, and one of its caches, the veteran, which never loads, reads the
+// keys with their popularity (20,000 reads a period, spread over it) until
+// the hot set in the Store holds its first period's keys (polled; given up
+// two periods and a client timeout after the veteran started), and on
+// while every replica calls Cache.WarmHot for the hottest fifth. Then the
+// replicas take traffic, for a quarter of the run: none of it reaches the
+// backing store. Flush and cold-start keep values for ten run lengths, so
+// every load they count follows the flush or the start.
 // Keys have Zipf(1.1) popularity, key 0 the hottest.
 //
 // # Measures
@@ -126,7 +129,25 @@
 // replicas. A check that judged none fails, whatever it measured: a run
 // too short for the key to expire, or an outage no key expired in, shows
 // nothing. Warming from the fleet loads no key, so the promises that judge
-// loads (per key, the limiter's) do not apply to it.
+// loads (per key, the limiter's) do not apply to it; each replica is
+// judged against the keys its own WarmHot found in the hot set.
+//
+// The promises of coalescing and the lease assume that the remote tier
+// answers. A run whose caches saw it fail (failed calls, writes fenced
+// after a lease lapsed, lost leases, breaker openings: remote_failures)
+// reports the failures with each of them, and one that did not hold is
+// judged instead by what holds whatever Redis does: no two loads of one
+// key overlapped on one replica. A busy machine can starve a lease holder
+// past its lease's TTL; herd then fences its write and another replica
+// loads, by design. The embedded store fails only in node-kill.
+//
+// Every run also reports how late its traffic's timers woke at most
+// (timer_late_ms): how far behind the machine ran its goroutines, herd's
+// timers among them. Refresh-ahead's timer fires about 1.2 load durations
+// before a value expires; when the run's timers ran at least half that
+// late, a stale serve before its refresh suspends the promise that every
+// refresh began in time, and what is judged instead is that refreshes ran
+// ahead.
 //
 // [Figures] lists the scenario-specific figures of Run.Extra with a label
 // and a sentence each. Every run of a suite counts the backing-store calls

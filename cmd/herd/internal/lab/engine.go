@@ -84,6 +84,23 @@ type replica struct {
 	mu sync.Mutex
 	// all holds every cache this replica has had, closed when the run ends.
 	all []*herd.Cache[string]
+	// gen is the generation of the caches made from now on: 0, then one
+	// more per flush, which retires the caches made before it.
+	gen int
+}
+
+// generation returns the generation of a cache made now.
+func (r *replica) generation() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
+}
+
+// retire makes the caches made from now on a generation newer.
+func (r *replica) retire() {
+	r.mu.Lock()
+	r.gen++
+	r.mu.Unlock()
 }
 
 func (r *replica) install(c *herd.Cache[string]) {
@@ -118,8 +135,14 @@ type runEnv struct {
 	wg   sync.WaitGroup // request goroutines
 	mu   sync.Mutex
 	reqs []request // guarded by mu
+	// callGen is the generation of the cache that made each backing-store
+	// call, by call ID; guarded by mu.
+	callGen map[uint64]int
 	// stale notes when each replica served a stale value at once.
 	stale *staleLog
+	// late is the most the traffic's timers woke after their time: how far
+	// behind this machine ran the run's goroutines (nanoseconds).
+	late atomic.Int64
 
 	// countFrom is when the counted backing-store calls begin, measureFrom
 	// when the measured requests begin, trafficEnd when arrivals stop.
@@ -159,6 +182,7 @@ func runOne(ctx context.Context, o *Options, b backend, query func(context.Conte
 		}),
 	}
 	e.stale = &staleLog{origin: e.origin}
+	e.callGen = map[uint64]int{}
 	n := o.Keys
 	switch p.scenario {
 	case "hot-key":
@@ -341,6 +365,7 @@ func (e *runEnv) addReplicas(ctx context.Context) error {
 // every layer up to it, configured through herd's public options.
 func (e *runEnv) cacheOptions(r *replica) *herd.Options[string] {
 	mean := e.o.Latency.Mean()
+	gen := r.generation()
 	o := &herd.Options[string]{
 		Name:             "replica-" + strconv.Itoa(r.id),
 		MaxEntries:       max(1024, 2*len(e.keys)),
@@ -354,6 +379,9 @@ func (e *runEnv) cacheOptions(r *replica) *herd.Options[string] {
 		Load: func(ctx context.Context, key string) (string, error) {
 			k, _ := strconv.Atoi(key[1:])
 			id, err := e.origin.Call(ctx, k, r.id)
+			e.mu.Lock()
+			e.callGen[id] = gen
+			e.mu.Unlock()
 			if err != nil {
 				return "", err
 			}
@@ -457,7 +485,14 @@ func (e *runEnv) warmAll(ctx context.Context) {
 
 // flush empties the remote tier, then gives every replica a fresh cache: a
 // flush that left the replicas' local tiers alive would hide the stampede.
+// The caches it replaces are retired first: the calls they still make
+// (their local copies drop once the remote tier has lost the values) stand
+// for no process of a fleet, and the promises after the flush do not count
+// them.
 func (e *runEnv) flush(ctx context.Context) error {
+	for _, r := range e.reps {
+		r.retire()
+	}
 	e.flushAt = e.origin.Since()
 	if err := e.back.flush(ctx); err != nil {
 		return err
@@ -505,7 +540,7 @@ func (e *runEnv) openLoop(ctx context.Context) {
 			e.wg.Go(func() { e.get(ctx, rep, key) })
 			next += gap()
 		}
-		if next >= e.trafficEnd || !sleepUntil(ctx, e.origin, next) {
+		if next >= e.trafficEnd || !e.sleepUntil(ctx, next) {
 			return
 		}
 	}
@@ -523,7 +558,7 @@ func (e *runEnv) closedLoop(ctx context.Context) {
 			wg.Go(func() {
 				// Spread the clients' first requests over one think time.
 				start := e.measureFrom + time.Duration(r.Float64()*float64(think))
-				if !sleepUntil(ctx, e.origin, start) {
+				if !e.sleepUntil(ctx, start) {
 					return
 				}
 				limit := int((e.trafficEnd-e.measureFrom)/max(think, time.Millisecond)) + 2
@@ -532,7 +567,7 @@ func (e *runEnv) closedLoop(ctx context.Context) {
 						return
 					}
 					e.get(ctx, rep, pick())
-					if !sleepUntil(ctx, e.origin, e.origin.Since()+think) {
+					if !e.sleepUntil(ctx, e.origin.Since()+think) {
 						return
 					}
 				}
@@ -590,6 +625,20 @@ func (l *staleLog) times() []time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.at)
+}
+
+// sleepUntil is the traffic's sleepUntil: it notes how late it woke.
+func (e *runEnv) sleepUntil(ctx context.Context, t time.Duration) bool {
+	if !sleepUntil(ctx, e.origin, t) {
+		return false
+	}
+	late := int64(e.origin.Since() - t)
+	for {
+		old := e.late.Load()
+		if late <= old || e.late.CompareAndSwap(old, late) {
+			return true
+		}
+	}
 }
 
 // sleepUntil waits until the origin's clock reads t; it reports false if

@@ -65,6 +65,11 @@ var Figures = []Figure{
 		"the most backing-store calls one replica made for one key in one expiry event while the node was down (failed calls aside)"},
 	{"avoidable_errors", "errors the backing store could have answered",
 		"requests that failed for another reason than being shed or a failed backing-store call (a timeout, an error of the remote tier)"},
+	// every scenario
+	{"remote_failures", "Redis failures",
+		"failed calls to the remote tier, writes fenced after a lease lapsed, leases lost and breaker openings, over the run's caches: herd degrades then, and the promises of coalescing and the lease are judged by what holds whatever Redis does"},
+	{"timer_late_ms", "traffic timers' lateness (ms)",
+		"the most the lab's traffic timers woke after their time: how far behind this machine ran the run's goroutines (a busy machine runs them late, and herd's timers with them)"},
 	// limiter and above
 	{"peak_per_replica", "peak calls in flight per replica",
 		"the most backing-store calls one replica had in flight at once (the limiter caps it)"},

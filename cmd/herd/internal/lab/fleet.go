@@ -13,8 +13,9 @@ import (
 // Cold-start's fleet variant.
 const (
 	// minSharePeriod is the shortest period of the hot set (see
-	// sharePeriod).
-	minSharePeriod = 10 * time.Millisecond
+	// sharePeriod): long enough for the veteran's reads of a period on a
+	// busy machine.
+	minSharePeriod = 100 * time.Millisecond
 	// veteranReads is how many reads the veteran makes per period: enough
 	// for ShareHotKeys, which counts one local hit in 16, to rank the
 	// hottest fifth of the keys (see minWarmReadShare).
@@ -37,9 +38,15 @@ type fleetWarm struct {
 	report herd.WarmReport
 	errors int
 	// warmed holds, per replica, the keys its local tier held once it had
-	// warmed.
+	// warmed, and found how many keys its WarmHot found fresh in the Store.
 	warmed [][]int
+	found  []int
 }
+
+// errVeteranLoad is what the veteran's loads return: every value of the
+// running fleet is in the Store, so a load would be a backing-store call
+// that no replica warming made.
+var errVeteranLoad = errors.New("lab: the veteran does not load")
 
 // warmFromFleet runs cold-start's fleet variant up to its traffic. A
 // running fleet keeps every key's value in the Store, written without a
@@ -72,7 +79,9 @@ func (e *runEnv) warmFromFleet(ctx context.Context) error {
 
 	f := &fleetWarm{}
 	e.fleet = f
-	vet, err := e.newCache(e.reps[0])
+	vo := e.cacheOptions(e.reps[0])
+	vo.Load = func(context.Context, string) (string, error) { return "", errVeteranLoad }
+	vet, err := herd.New(vo)
 	if err != nil {
 		return err
 	}
@@ -83,6 +92,11 @@ func (e *runEnv) warmFromFleet(ctx context.Context) error {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { f.veteranReads, f.veteranErrors = e.veteranTraffic(vctx, vet, stop) })
+	stopVeteran := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	defer stopVeteran()
 	f.hotKeys = e.waitHot(vctx, hs)
 	// The first share may count only part of a period of reads (fewer
 	// still on a busy machine): read the set again once a whole period
@@ -92,8 +106,6 @@ func (e *runEnv) warmFromFleet(ctx context.Context) error {
 			f.hotKeys = keys
 		}
 	}
-	close(stop)
-	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -105,9 +117,11 @@ func (e *runEnv) warmFromFleet(ctx context.Context) error {
 	wctx, wcancel := context.WithTimeout(ctx, 4*e.o.ClientTimeout)
 	defer wcancel()
 	f.warmed = make([][]int, len(e.reps))
+	f.found = make([]int, len(e.reps))
 	var mu sync.Mutex
+	var warmers sync.WaitGroup
 	for i, r := range e.reps {
-		wg.Go(func() {
+		warmers.Go(func() {
 			c := r.cache.Load()
 			rep, err := c.WarmHot(wctx, e.hot, nil)
 			var held []int
@@ -124,18 +138,19 @@ func (e *runEnv) warmFromFleet(ctx context.Context) error {
 			f.report.Loaded += rep.Loaded
 			f.report.Fresh += rep.Fresh
 			f.report.Failed += rep.Failed
-			f.warmed[i] = held
+			f.warmed[i], f.found[i] = held, rep.Fresh
 		})
 	}
-	wg.Wait()
+	warmers.Wait()
+	stopVeteran()
 	e.warmFailed = f.report.Failed
 	return nil
 }
 
 // sharePeriod is the period of the hot set in cold-start's fleet variant,
-// ShareHotKeysEvery: a twentieth of the run, so that the veteran's first
-// period ends early in it (the soft TTL, the default period, is ten runs
-// long).
+// ShareHotKeysEvery: a twentieth of the run and at least minSharePeriod,
+// so that the veteran's first period ends early in it (the soft TTL, the
+// default period, is ten runs long).
 func (e *runEnv) sharePeriod() time.Duration {
 	return max(e.o.Duration/20, minSharePeriod)
 }
