@@ -13,6 +13,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/herdcache/herd/herdhttp v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -30,3 +31,5 @@ replace (
 	github.com/herdcache/herd => ../../
 	github.com/herdcache/herd/redisstore => ../../redisstore
 )
+
+replace github.com/herdcache/herd/herdhttp => ../../herdhttp

@@ -1,4 +1,4 @@
-// Command herd runs herd's load-test lab: `herd lab` measures what reaches the backing store under each layer of stampede protection.
+// Command herd runs herd's load-test lab (`herd lab` measures what reaches the backing store under each layer of stampede protection) and a caching reverse proxy (`herd proxy`).
 package main
 
 import (
@@ -44,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
+	case "proxy":
+		return runProxy(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, topUsage)
 		return exitOK
@@ -56,6 +58,7 @@ const topUsage = `Usage: herd <command> [flags]
 
 Commands:
   lab    run the load-test lab (herd lab --help)
+  proxy  run a caching reverse proxy in front of an HTTP service (herd proxy --help)
 `
 
 // labFlags holds the values of herd lab's flags.

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/herdcache/herd/internal/redisproc"
+)
+
+// proxyDeadline bounds every wait of the proxy tests.
+const proxyDeadline = 30 * time.Second
+
+// lines is an io.Writer that sends each write on its channel, or drops it
+// when the channel is full.
+type lines chan string
+
+func (l lines) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// origin is an HTTP service that counts its requests and answers each
+// with body, cacheable for a minute, once gate (if any) is closed.
+type origin struct {
+	n       atomic.Int64
+	entered chan struct{} // one value per request; buffered
+	gate    chan struct{} // nil: answer at once
+	url     string
+}
+
+func newOrigin(t *testing.T, gate chan struct{}) *origin {
+	o := &origin{entered: make(chan struct{}, 100), gate: gate}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.n.Add(1)
+		o.entered <- struct{}{}
+		if o.gate != nil {
+			<-o.gate
+		}
+		w.Header().Set("Cache-Control", "max-age=60")
+		io.WriteString(w, "page "+r.URL.Path)
+	}))
+	t.Cleanup(srv.Close)
+	o.url = srv.URL
+	return o
+}
+
+// startProxy runs herd proxy with args on a free loopback port until the
+// test ends, and returns its base URL; the test fails unless it then
+// exits 0.
+func startProxy(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut := make(lines, 10), make(lines, 10)
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...), out, errOut) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != exitOK {
+				t.Errorf("herd proxy exited %d", code)
+			}
+		case <-time.After(proxyDeadline):
+			t.Errorf("herd proxy did not stop within %v", proxyDeadline)
+		}
+	})
+	timer := time.NewTimer(proxyDeadline)
+	defer timer.Stop()
+	for {
+		select {
+		case line := <-out:
+			for f := range strings.FieldsSeq(line) {
+				if u, ok := strings.CutPrefix(f, "http://"); ok {
+					return "http://" + strings.TrimSuffix(u, ",")
+				}
+			}
+		case line := <-errOut:
+			t.Fatalf("herd proxy: %s", line)
+		case code := <-done:
+			t.Fatalf("herd proxy exited %d before serving", code)
+		case <-timer.C:
+			t.Fatalf("herd proxy not serving within %v", proxyDeadline)
+		}
+	}
+}
+
+var proxyClient = &http.Client{Timeout: proxyDeadline}
+
+// fetch GETs url and returns its body and Cache-Status. Its Host is
+// www.example.test, whichever proxy it goes to, as it is for replicas
+// behind one load balancer: the host is part of the cache key.
+func fetch(t *testing.T, ctx context.Context, url string) (body, status string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Error(err)
+		return "", ""
+	}
+	req.Host = "www.example.test"
+	resp, err := proxyClient.Do(req)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return "", ""
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %d, %v", url, resp.StatusCode, err)
+	}
+	return string(b), resp.Header.Get("Cache-Status")
+}
+
+// TestProxyCaches puts herd proxy in front of a service and reads one page
+// twice: the service is asked once, and the second answer is a hit.
+func TestProxyCaches(t *testing.T) {
+	o := newOrigin(t, nil)
+	base := startProxy(t, "--upstream", o.url)
+	for i, want := range []string{"stored", "hit"} {
+		body, status := fetch(t, t.Context(), base+"/products/1")
+		if body != "page /products/1" || !strings.HasPrefix(status, "herd;") || !strings.Contains(status, want) {
+			t.Errorf("read %d: %q, Cache-Status %q; want the page and %q", i+1, body, status, want)
+		}
+	}
+	if n := o.n.Load(); n != 1 {
+		t.Errorf("the service was asked %d times, want 1", n)
+	}
+}
+
+// TestProxyFleetOverRedis runs two herd proxies over one redis-server and
+// sends 20 concurrent requests for a page, half to each, while the
+// service holds its answer: the service is asked once for the fleet, and
+// every request gets the page; a later read through either proxy is a hit.
+func TestProxyFleetOverRedis(t *testing.T) {
+	srv, err := redisproc.Start(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	gate := make(chan struct{})
+	o := newOrigin(t, gate)
+	a := startProxy(t, "--upstream", o.url, "--redis", srv.Addr())
+	b := startProxy(t, "--upstream", o.url, "--redis", srv.Addr())
+
+	const n = 20
+	var wrote, wg sync.WaitGroup
+	wrote.Add(n)
+	for i := range n {
+		base := a
+		if i%2 == 1 {
+			base = b
+		}
+		var once sync.Once
+		ctx := httptrace.WithClientTrace(t.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(wrote.Done) },
+		})
+		wg.Go(func() {
+			if body, status := fetch(t, ctx, base+"/hot"); body != "page /hot" {
+				t.Errorf("GET %s/hot: %q, Cache-Status %q", base, body, status)
+			}
+		})
+	}
+	select {
+	case <-o.entered:
+	case <-time.After(proxyDeadline):
+		t.Fatalf("the service was not asked within %v", proxyDeadline)
+	}
+	wrote.Wait() // every request is on its way before the service answers
+	close(gate)
+	wg.Wait()
+	for _, base := range []string{a, b} {
+		if body, status := fetch(t, t.Context(), base+"/hot"); body != "page /hot" || !strings.Contains(status, "hit") {
+			t.Errorf("a later read through %s: %q, Cache-Status %q; want a hit", base, body, status)
+		}
+	}
+	if got := o.n.Load(); got != 1 {
+		t.Errorf("the service was asked %d times for %d concurrent requests on two proxies, want 1", got, n)
+	}
+}
+
+// TestProxyBadCommandLines checks that a bad command line exits 2 with a
+// clear message, and that an unreachable Redis exits 1 with one line
+// that says so.
+func TestProxyBadCommandLines(t *testing.T) {
+	for _, args := range [][]string{
+		{"proxy"},
+		{"proxy", "--upstream", "ftp://127.0.0.1/"},
+		{"proxy", "--upstream", "/relative"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "extra"},
+		{"proxy", "--nope"},
+	} {
+		code, stdout, stderr := herd(t, args...)
+		if code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, "herd proxy: ") {
+			t.Errorf("herd %q = %d, stdout %q, stderr %q; want 2 and a herd proxy: message", args, code, stdout, stderr)
+		}
+	}
+	code, stdout, stderr := herd(t, "proxy", "--help")
+	if code != exitOK || !strings.HasPrefix(stdout, "Usage: herd proxy") {
+		t.Errorf("herd proxy --help = %d, %q", code, stdout)
+	}
+	code, stdout, stderr = herdProcess(t, "proxy", "--upstream", "http://127.0.0.1:1", "--redis", "127.0.0.1:1")
+	if code != exitFail || stdout != "" || !strings.HasPrefix(stderr, "herd proxy: redis at 127.0.0.1:1 does not answer") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("herd proxy with a dead Redis = %d, stdout %q, stderr %q; want 1 and one line", code, stdout, stderr)
+	}
+}
