@@ -209,8 +209,8 @@ func TestProxyBadCommandLines(t *testing.T) {
 		}
 	}
 	code, stdout, stderr := herd(t, "proxy", "--help")
-	if code != exitOK || !strings.HasPrefix(stdout, "Usage: herd proxy") {
-		t.Errorf("herd proxy --help = %d, %q", code, stdout)
+	if code != exitOK || !strings.HasPrefix(stdout, "Usage: herd proxy") || stderr != "" {
+		t.Errorf("herd proxy --help = %d, %q, stderr %q", code, stdout, stderr)
 	}
 	code, stdout, stderr = herdProcess(t, "proxy", "--upstream", "http://127.0.0.1:1", "--redis", "127.0.0.1:1")
 	if code != exitFail || stdout != "" || !strings.HasPrefix(stderr, "herd proxy: redis at 127.0.0.1:1 does not answer") || strings.Count(stderr, "\n") != 1 {
