@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/google/go-cmp v0.7.0
-	github.com/herdcache/herd v0.0.0-00010101000000-000000000000
-	github.com/herdcache/herd/redisstore v0.0.0-00010101000000-000000000000
+	github.com/herdcache/herd v0.1.0
+	github.com/herdcache/herd/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
