@@ -140,7 +140,7 @@ func (r *Recorder) RecordGet(res herd.GetResult) {
 }
 
 // RecordLoad logs a load, at Debug, with Options.Trace: its duration, its
-// outcome (ok, not-found or error, with the error) and whether it was a
+// outcome (ok, not_found or error, with the error) and whether it was a
 // background refresh.
 func (r *Recorder) RecordLoad(d time.Duration, err error, background bool) {
 	if !r.trace {
@@ -149,7 +149,7 @@ func (r *Recorder) RecordLoad(d time.Duration, err error, background bool) {
 	outcome := "ok"
 	switch {
 	case errors.Is(err, herd.ErrNotFound):
-		outcome = "not-found"
+		outcome = "not_found"
 	case err != nil:
 		outcome = "error"
 	}

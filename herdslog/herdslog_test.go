@@ -396,7 +396,7 @@ func TestTraceWithCache(t *testing.T) {
 				want := []string{
 					"get miss", "lease acquired", "load ok background=false",
 					"get hit",
-					"get miss", "lease acquired", "load not-found background=false",
+					"get miss", "lease acquired", "load not_found background=false",
 					"get negative",
 					"get stale", "lease acquired", "load ok background=true",
 				}
