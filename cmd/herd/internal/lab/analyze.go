@@ -840,27 +840,28 @@ var fleetHottest = promise{
 // fleet-wide) loaded since. Cold-start's fleet variant loads none: its own
 // promises say so.
 func perReplicaKey(text string, variants ...string) promise {
-	return promise{
-		layer:    "coalescing",
-		variants: variants,
-		text:     text,
-		observed: "replica-key pairs loaded",
-		eval: func(m *measures) (string, int64, bool) {
-			measured, ok := m.remoteHeld(fmt.Sprintf("max %d", m.maxPerReplicaKey), m.maxPerReplicaKey <= 1)
-			return measured, int64(m.pairsLoaded), ok
-		},
-	}
+	return oneLoad("coalescing", "replica-key pairs loaded", text, variants,
+		func(m *measures) (int, int) { return m.maxPerReplicaKey, m.pairsLoaded })
 }
 
 func perKey(text string, variants ...string) promise {
+	return oneLoad("lease", "keys loaded", text, variants,
+		func(m *measures) (int, int) { return m.maxPerKey, m.keysLoaded })
+}
+
+// oneLoad is the promise of layer that each of what of returns as judged
+// (keys, or replica-key pairs) was loaded at most once; of returns the
+// most loads of one of them, and how many were judged.
+func oneLoad(layer, observed, text string, variants []string, of func(*measures) (most, judged int)) promise {
 	return promise{
-		layer:    "lease",
+		layer:    layer,
 		variants: variants,
 		text:     text,
-		observed: "keys loaded",
+		observed: observed,
 		eval: func(m *measures) (string, int64, bool) {
-			measured, ok := m.remoteHeld(fmt.Sprintf("max %d", m.maxPerKey), m.maxPerKey <= 1)
-			return measured, int64(m.keysLoaded), ok
+			most, judged := of(m)
+			measured, ok := m.remoteHeld(fmt.Sprintf("max %d", most), most <= 1)
+			return measured, int64(judged), ok
 		},
 	}
 }

@@ -50,12 +50,9 @@ func WriteCSV(w io.Writer, s *lab.Suite) error {
 	if s == nil {
 		return errNilSuite
 	}
-	cw := csv.NewWriter(w)
-	if err := cw.Write(csvHeader); err != nil {
-		return fmt.Errorf("report: writing CSV: %w", err)
-	}
+	rows := [][]string{csvHeader}
 	for _, r := range s.Runs {
-		row := []string{
+		rows = append(rows, []string{
 			r.Scenario, r.Layer, r.Variant,
 			itoa(r.Requests), itoa(r.OriginCalls), itoa(r.Expiries),
 			strconv.FormatFloat(r.CallsPerExpiry, 'f', -1, 64),
@@ -64,16 +61,9 @@ func WriteCSV(w io.Writer, s *lab.Suite) error {
 			strconv.FormatFloat(ms(r.P50), 'f', -1, 64),
 			strconv.FormatFloat(ms(r.P99), 'f', -1, 64),
 			strconv.FormatFloat(ms(r.P999), 'f', -1, 64),
-		}
-		if err := cw.Write(row); err != nil {
-			return fmt.Errorf("report: writing CSV: %w", err)
-		}
+		})
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return fmt.Errorf("report: writing CSV: %w", err)
-	}
-	return nil
+	return writeCSV(w, rows)
 }
 
 // checksHeader names the columns of WriteChecksCSV, one row per Check.
@@ -88,21 +78,19 @@ func WriteChecksCSV(w io.Writer, s *lab.Suite) error {
 	if s == nil {
 		return errNilSuite
 	}
-	cw := csv.NewWriter(w)
-	if err := cw.Write(checksHeader); err != nil {
-		return fmt.Errorf("report: writing CSV: %w", err)
-	}
+	rows := [][]string{checksHeader}
 	for _, c := range s.Checks {
-		row := []string{
+		rows = append(rows, []string{
 			c.Scenario, c.Layer, c.Promise, c.Measured,
 			itoa(c.Observations), c.Observed, strconv.FormatBool(c.OK),
-		}
-		if err := cw.Write(row); err != nil {
-			return fmt.Errorf("report: writing CSV: %w", err)
-		}
+		})
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
+	return writeCSV(w, rows)
+}
+
+// writeCSV writes rows to w as CSV.
+func writeCSV(w io.Writer, rows [][]string) error {
+	if err := csv.NewWriter(w).WriteAll(rows); err != nil {
 		return fmt.Errorf("report: writing CSV: %w", err)
 	}
 	return nil
