@@ -113,17 +113,17 @@ func TestTransport(t *testing.T) {
 	}
 }
 
-// NewProxy, on loopback, sends requests to its upstream with the path
-// joined and Host set to the upstream's, and caches the answers.
+// NewProxy, on loopback, sends requests to its upstream with the path and
+// query joined and Host set to the upstream's, and caches the answers.
 func TestProxyLoopback(t *testing.T) {
 	var calls atomic.Int64
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		w.Header().Set("Cache-Control", "max-age=60")
-		fmt.Fprintf(w, "%s %s %s", r.Host, r.URL.Path, r.Header.Get("X-Forwarded-Host"))
+		fmt.Fprintf(w, "%s %s?%s %s", r.Host, r.URL.Path, r.URL.RawQuery, r.Header.Get("X-Forwarded-Host"))
 	}))
 	defer origin.Close()
-	up, _ := url.Parse(origin.URL + "/base")
+	up, _ := url.Parse(origin.URL + "/base?v=1")
 	h, err := herdhttp.NewProxy(up, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -132,13 +132,17 @@ func TestProxyLoopback(t *testing.T) {
 	front := httptest.NewServer(h)
 	defer front.Close()
 	fu, _ := url.Parse(front.URL)
-	want := fmt.Sprintf("%s /base/x %s", up.Host, fu.Host)
-	for range 2 {
-		if r := getURL(t, front.Client(), front.URL+"/x"); r.err != nil || r.body != want {
-			t.Fatalf("GET: %q %v; want %q", r.body, r.err, want)
+	for path, want := range map[string]string{
+		"/x":     fmt.Sprintf("%s /base/x?v=1 %s", up.Host, fu.Host),
+		"/y?q=2": fmt.Sprintf("%s /base/y?v=1&q=2 %s", up.Host, fu.Host),
+	} {
+		for range 2 {
+			if r := getURL(t, front.Client(), front.URL+path); r.err != nil || r.body != want {
+				t.Fatalf("GET %s: %q %v; want %q", path, r.body, r.err, want)
+			}
 		}
 	}
-	if calls.Load() != 1 {
-		t.Errorf("the origin got %d requests; want 1", calls.Load())
+	if calls.Load() != 2 {
+		t.Errorf("the origin got %d requests for two paths read twice; want 2", calls.Load())
 	}
 }

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 )
@@ -164,40 +163,16 @@ type proxyOrigin struct {
 }
 
 func (p *proxyOrigin) RoundTrip(r *http.Request) (*http.Response, error) {
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	out.URL.Scheme, out.URL.Host = p.up.Scheme, p.up.Host
-	out.URL.Path, out.URL.RawPath = joinPath(p.up, r.URL)
-	if p.up.RawQuery != "" {
-		out.URL.RawQuery = p.up.RawQuery + "&" + r.URL.RawQuery
+	pr := &httputil.ProxyRequest{In: r, Out: r.Clone(r.Context())}
+	pr.Out.RequestURI = ""
+	pr.SetURL(p.up)
+	pr.SetXForwarded()
+	if r.Context().Value(fillKey{}) != nil {
+		// a fill, whose answer may be stored for every client: the
+		// client's address stays here
+		pr.Out.Header.Del("X-Forwarded-For")
 	}
-	out.Host = p.up.Host
-	out.Header.Set("X-Forwarded-Host", r.Host)
-	proto := "http"
-	if r.TLS != nil {
-		proto = "https"
-	}
-	out.Header.Set("X-Forwarded-Proto", proto)
-	if r.Context().Value(fillKey{}) == nil {
-		// a passed request, whose answer is never stored: the client's
-		// address may go upstream
-		if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-			if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
-				ip = strings.Join(prior, ", ") + ", " + ip
-			}
-			out.Header.Set("X-Forwarded-For", ip)
-		}
-	}
-	return p.rt.RoundTrip(out)
-}
-
-// joinPath appends u's path to up's.
-func joinPath(up, u *url.URL) (path, rawpath string) {
-	if up.Path == "" || up.Path == "/" {
-		return u.Path, u.RawPath
-	}
-	j := up.JoinPath(u.EscapedPath())
-	return j.Path, j.RawPath
+	return p.rt.RoundTrip(pr.Out)
 }
 
 // handlerOrigin makes a handler the origin: each request runs it on a
