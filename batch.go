@@ -108,6 +108,12 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at map[strin
 		for j, key := range missed {
 			e, err := res[j].Val, res[j].Err
 			switch {
+			case err == nil && e.gone(c.clk.now()):
+				if attempt+1 < maxMissAttempts && ctx.Err() == nil {
+					again = append(again, key) // expired while remote calls were waited on
+					continue
+				}
+				err = errNoFresh(key)
 			case err == nil && e.stale(c.clk.now()) && co.noStale:
 				if attempt+1 < maxMissAttempts && ctx.Err() == nil {
 					again = append(again, key) // went stale before this caller took it
@@ -260,7 +266,7 @@ type batchFill[V any] struct {
 	settle func(string, *entry[V], error)
 	// refresh is set for a background refresh, whose slot is taken.
 	refresh bool
-	leases  *leaseBatch
+	leases  *leaseSet
 	// hits holds the keys the Store served fresh, with how: each counts so
 	// (a hit or a negative) when the batch counts its keys, and every other
 	// key as a miss.
@@ -288,8 +294,8 @@ type loser[V any] struct {
 // call per MaxBatch, and only then applies the loser policy to the keys
 // another replica is loading (lose).
 func (c *Cache[V]) fillMany(ctx context.Context, led []string, load BatchLoadFunc[V], co callOpts, olds map[string]*entry[V], settle func(string, *entry[V], error), count bool) {
-	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: olds != nil, leases: newLeaseBatch(), hits: map[string]GetResult{}}
-	defer c.closeLeases(ctx, b.leases)
+	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: olds != nil, leases: newLeaseSet(), hits: map[string]GetResult{}}
+	defer c.closeSet(ctx, b.leases)
 	if count {
 		// Each key is counted before its callers see it: as a hit when the
 		// Store served it fresh, as a miss otherwise, or as a miss when the
@@ -372,17 +378,26 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 			ask = append(ask, f)
 		}
 	}
-	// No lease attempt for a key before its holder's notice or time: read
-	// what the Store holds, to serve it or to serve it stale.
+	// No lease attempt for a key before its holder's completion, notice or
+	// time: read what the Store holds, to serve it or to serve it stale.
+	waiting := make(map[*fillState[V]]bool, len(told))
 	for _, f := range b.fromReads(ctx, told) {
+		waiting[f] = true
 		if f.mode == background {
 			b.settle(f.key, f.old, nil)
+			waiting[f] = false
 			continue
 		}
 		losers = append(losers, loser[V]{f: f, a: held[f]})
 	}
+	for f, a := range held {
+		if !waiting[f] {
+			a.giveUp()
+		}
+	}
 	if len(ask) > 0 {
-		return b.fromLeases(ctx, ask, loads, losers)
+		l, ls := b.fromLeases(ctx, ask)
+		loads, losers = append(loads, l...), append(losers, ls...)
 	}
 	return loads, losers
 }
@@ -407,11 +422,25 @@ func (b *batchFill[V]) fromReads(ctx context.Context, fs []*fillState[V]) (rest 
 // fromLeases asks for the leases of the keys of fs, settles those the
 // answers serve, and adds the others to the keys to load (this replica's
 // leases) and the losers (another's).
-func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V], loads []pendingLoad[V], losers []loser[V]) ([]pendingLoad[V], []loser[V]) {
+func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (loads []pendingLoad[V], losers []loser[V]) {
 	c := b.c
+	watches := make([]completion, len(fs))
+	for i, f := range fs {
+		watches[i] = c.watch(f.key) // before the attempts, as tryLease does
+	}
+	told := make([]completion, len(fs))
+	for i, f := range fs {
+		told[i] = c.watch(f.key)
+	}
+	sent := c.clk.now()
 	for i, got := range c.acquireMany(ctx, fs) {
 		f := fs[i]
-		a, err := c.grantAttempt(ctx, f.key, got.Grant, got.Err)
+		a, err := c.grantAttempt(ctx, f.key, got.Grant, got.Err, sent, told[i])
+		if a.outcome == leaseHeld && err == nil {
+			a.watch = watches[i]
+		} else {
+			watches[i].stop()
+		}
 		if err != nil {
 			b.settle(f.key, nil, err)
 			continue
@@ -425,6 +454,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V], loads
 		switch a.outcome {
 		case leaseHeld:
 			if f.mode == background {
+				a.giveUp()
 				c.backOff(f.old, 0) // and grantAttempt remembered the holder
 				b.settle(f.key, f.old, nil)
 			} else {
@@ -432,7 +462,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V], loads
 			}
 			continue
 		case leaseFailed:
-			if cand := f.candidate; cand != nil && f.mode == foreground && (f.now < cand.soft || f.staleOK()) {
+			if cand := f.servableCandidate(); cand != nil {
 				b.settle(f.key, cand, nil)
 				continue
 			}
@@ -445,7 +475,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V], loads
 			b.fromStore(f, e)
 			continue
 		}
-		loads = b.plan(loads, f, b.leases.hold(held))
+		loads = b.plan(loads, f, b.leases.add(held))
 	}
 	return loads, losers
 }
@@ -553,7 +583,7 @@ func (b *batchFill[V]) arrived(ctx context.Context, loads []pendingLoad[V], w wa
 	stop, ok := stops[w.l.f]
 	if !ok {
 		if w.err == nil && w.a.outcome == leaseGranted {
-			b.c.endLease(ctx, heldFrom(w.l.f.key, w.a.grant), nil, 0, nil)
+			b.c.releaseLease(ctx, w.a.held)
 		}
 		return loads
 	}
@@ -575,7 +605,7 @@ func (b *batchFill[V]) abandon(ctx context.Context, ch <-chan waited[V], left in
 	go func() {
 		for range left {
 			if w := <-ch; w.err == nil && w.a.outcome == leaseGranted {
-				b.c.endLease(ctx, heldFrom(w.l.f.key, w.a.grant), nil, 0, nil)
+				b.c.releaseLease(ctx, w.a.held)
 			}
 		}
 	}()
@@ -622,7 +652,7 @@ func (b *batchFill[V]) lost(loads []pendingLoad[V], f *fillState[V], a attempt[V
 		b.settle(f.key, e, nil)
 		return loads
 	}
-	return b.plan(loads, f, b.leases.hold(held))
+	return b.plan(loads, f, b.leases.add(held))
 }
 
 // loadAll loads loads with one call of the batch loader per MaxBatch keys,
@@ -636,16 +666,14 @@ func (b *batchFill[V]) loadAll(ctx context.Context, loads []pendingLoad[V]) {
 	c := b.c
 	defer func() {
 		for _, p := range loads {
-			c.endLease(ctx, p.held, nil, 0, nil) // unless its write-back ended it
+			b.leases.release(p.held) // unless its write-back ended it
 			if p.early {
 				p.f.old.refreshing.Store(false)
 			}
 		}
-		c.flushLeases(ctx, b.leases)
+		c.flushSet(ctx, b.leases)
 	}()
-	if slices.ContainsFunc(loads, func(p pendingLoad[V]) bool { return p.held != nil }) {
-		defer c.watchLeases(ctx, b.leases)()
-	}
+	c.watchSet(ctx, b.leases)
 	size := c.cfg.MaxBatch
 	if size <= 0 {
 		size = len(loads)
@@ -653,12 +681,13 @@ func (b *batchFill[V]) loadAll(ctx context.Context, loads []pendingLoad[V]) {
 	for start := 0; start < len(loads); start += size {
 		chunk := loads[start:min(start+size, len(loads))]
 		b.loadChunk(ctx, chunk)
-		c.flushLeases(ctx, b.leases)
+		c.flushSet(ctx, b.leases)
 	}
 }
 
 // loadChunk makes one call of the batch loader, under one limiter slot,
-// for chunk.
+// for chunk. A call that panics or calls runtime.Goexit fails the keys of
+// chunk only: the batch's other calls still run.
 func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V]) {
 	c := b.c
 	if !b.refresh {
@@ -675,7 +704,18 @@ func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V]) {
 	for i, p := range chunk {
 		keys[i] = p.f.key
 	}
-	vals, delta, ds, err := c.runBatchLoad(ctx, keys, b.load, b.refresh)
+	var (
+		vals  map[string]V
+		delta time.Duration
+		ds    *batchDirectives
+	)
+	err := guard(func() (err error) {
+		vals, delta, ds, err = c.runBatchLoad(ctx, keys, b.load, b.refresh)
+		return err
+	})
+	if ds == nil {
+		ds = &batchDirectives{} // the load panicked or called runtime.Goexit
+	}
 	if err == nil {
 		var tags []string
 		for _, k := range keys {
@@ -688,7 +728,7 @@ func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V]) {
 		if _, ok := vals[p.f.key]; !ok && lerr == nil {
 			lerr = ErrNotFound
 		}
-		e, serr := p.f.stored(ctx, v, delta, ds.of(p.f.key), lerr, p.held)
+		e, serr := p.f.stored(ctx, v, delta, ds.of(p.f.key), lerr, p.held, b.leases)
 		if p.early {
 			if serr != nil {
 				c.st.refreshFailures.add(1)
@@ -704,7 +744,7 @@ func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V]) {
 // failed settles p, which could not be loaded, with err, or with its stale
 // candidate when its callers may be served one.
 func (b *batchFill[V]) failed(ctx context.Context, p pendingLoad[V], err error) {
-	b.c.endLease(ctx, p.held, nil, 0, nil)
+	b.leases.release(p.held)
 	if p.early {
 		b.c.backOff(p.f.old, 0)
 		return
@@ -881,144 +921,4 @@ func firstErr[T any](outs []T, err func(T) error) error {
 		}
 	}
 	return nil
-}
-
-// leaseBatch is the leases one batch holds: one watchdog extends them all,
-// and their ends (write-back and release) are sent together.
-type leaseBatch struct {
-	mu   sync.Mutex
-	live map[*heldLease]struct{} // held and not yet ended
-	ends []leaseEnd              // ended, not yet sent
-}
-
-func newLeaseBatch() *leaseBatch { return &leaseBatch{live: make(map[*heldLease]struct{})} }
-
-// hold adds h, a lease just taken, to the batch; a nil h is none.
-func (b *leaseBatch) hold(h *heldLease) *heldLease {
-	if h == nil {
-		return nil
-	}
-	h.batch = b
-	b.mu.Lock()
-	b.live[h] = struct{}{}
-	b.mu.Unlock()
-	return h
-}
-
-// end records the end of a lease of the batch, to be sent by flush.
-func (b *leaseBatch) end(e leaseEnd) {
-	b.mu.Lock()
-	delete(b.live, e.h)
-	b.ends = append(b.ends, e)
-	b.mu.Unlock()
-}
-
-// take returns the ends recorded so far, for the caller to send.
-func (b *leaseBatch) take() []leaseEnd {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ends := b.ends
-	b.ends = nil
-	return ends
-}
-
-// snapshot returns the leases still held.
-func (b *leaseBatch) snapshot() []*heldLease {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	hs := make([]*heldLease, 0, len(b.live))
-	for h := range b.live {
-		hs = append(hs, h)
-	}
-	return hs
-}
-
-// lost drops h from the batch's live leases: its lease is gone.
-func (b *leaseBatch) lost(h *heldLease) {
-	b.mu.Lock()
-	delete(b.live, h)
-	b.mu.Unlock()
-}
-
-// flushLeases sends the ends of b's leases recorded so far.
-func (c *Cache[V]) flushLeases(ctx context.Context, b *leaseBatch) {
-	if ends := b.take(); len(ends) > 0 {
-		c.flushEnds(ctx, ends)
-	}
-}
-
-// closeLeases ends the batch b: a lease still held (its load never ran, as
-// when the batch panicked) is released, and every end is sent.
-func (c *Cache[V]) closeLeases(ctx context.Context, b *leaseBatch) {
-	for _, h := range b.snapshot() {
-		c.endLease(ctx, h, nil, 0, nil)
-	}
-	c.flushLeases(ctx, b)
-}
-
-// watchLeases starts b's watchdog, as watchdog does for one lease: every
-// LeaseTTL/3 it extends the leases still held, in one call when the Lease
-// is a [BatchLease], until none is.
-func (c *Cache[V]) watchLeases(ctx context.Context, b *leaseBatch) (stop func()) {
-	return c.everyThird(ctx, func() bool { return c.extendMany(ctx, b) })
-}
-
-// extendMany is one round of a batch's watchdog, each extension bounded by
-// LeaseTTL/6 as a single lease's; it reports whether leases remain.
-func (c *Cache[V]) extendMany(ctx context.Context, b *leaseBatch) bool {
-	hs := b.snapshot()
-	if len(hs) == 0 {
-		return false
-	}
-	ttl := c.cfg.LeaseTTL
-	ectx, cancel := context.WithTimeout(ctx, ttl/6)
-	defer cancel()
-	outs := make([]Outcome, len(hs))
-	if bl, ok := c.cfg.Lease.(BatchLease); ok {
-		keys := make([]HeldKey, len(hs))
-		for i, h := range hs {
-			keys[i] = HeldKey{Key: h.key, Token: h.token}
-		}
-		copy(outs, bl.ExtendMany(ectx, keys, ttl))
-	} else {
-		for i, h := range hs {
-			outs[i].OK, outs[i].Err = c.cfg.Lease.Extend(ectx, h.key, h.token, ttl)
-		}
-	}
-	c.remoteDone(ectx, firstErr(outs, func(o Outcome) error { return o.Err }))
-	for i, o := range outs {
-		if !c.extended(hs[i].key, o.OK, o.Err) {
-			b.lost(hs[i])
-		}
-	}
-	return true
-}
-
-// flushEnds sends the ends of a batch's leases in the background: the
-// write-back of each value loaded and the release of each lease.
-func (c *Cache[V]) flushEnds(ctx context.Context, ends []leaseEnd) {
-	c.goBackground(func() {
-		rctx, cancel := c.remoteCtx(ctx)
-		defer cancel()
-		outs := make([]Outcome, len(ends))
-		if bl, ok := c.cfg.Lease.(BatchLease); ok {
-			writes := make([]HeldWrite, len(ends))
-			for i, e := range ends {
-				writes[i] = HeldWrite{HeldKey: HeldKey{Key: e.h.key, Token: e.h.token}, Env: e.env, Fence: e.h.fence, TTL: e.ttl}
-			}
-			copy(outs, bl.WriteReleaseMany(rctx, writes))
-		} else {
-			for i, e := range ends {
-				if e.env == nil {
-					outs[i].Err = c.cfg.Lease.Release(rctx, e.h.key, e.h.token)
-					continue
-				}
-				outs[i].OK, outs[i].Err = c.writeRelease(rctx, e.h, e.env, e.ttl)
-			}
-		}
-		c.remoteDone(rctx, firstErr(outs, func(o Outcome) error { return o.Err }))
-		for i, e := range ends {
-			c.leaseEnded(e, outs[i].OK, outs[i].Err)
-		}
-	})
 }

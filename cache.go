@@ -50,6 +50,9 @@ type Cache[V any] struct {
 	queueDur histogram // limiter queue waits
 	keyLoads keyLoads
 	top      *topk.Tracker // nil: no hot-key tracking
+	// clears counts this replica's InvalidateAlls whose notice has not come
+	// back yet (ownClear).
+	clears atomic.Int32
 	// trustFloor is when the local tier last lost its claim to be current
 	// (Unix ns): a missed change notice, or the breaker closing. Local entries
 	// put before it are re-read from the Store before being served as fresh.
@@ -421,10 +424,15 @@ func (c *Cache[V]) noticed(n Notice) {
 		return
 	}
 	if n.Fence == 0 {
+		if n.Dropped && c.ownClear() {
+			return // this replica's own InvalidateAll: it dropped everything already
+		}
 		c.trustFloor.Store(c.clk.now())
 		c.gens.forgetAllHeld()
 		if n.Dropped {
 			c.dropAll() // another replica's InvalidateAll
+		} else {
+			c.clears.Store(0) // notices were lost, this replica's own among them perhaps
 		}
 		return
 	}
@@ -495,7 +503,7 @@ func (c *Cache[V]) SetWithTTL(ctx context.Context, key string, v V, soft, hard t
 			c.local.Invalidate(key)
 		}
 	})
-	c.flights.Forget(key)
+	c.forget(key)
 	return err
 }
 
@@ -540,7 +548,7 @@ func (c *Cache[V]) MarkStale(ctx context.Context, key string) error {
 			}
 		}
 	})
-	c.flights.Forget(key)
+	c.forget(key)
 	return err
 }
 
@@ -557,7 +565,7 @@ func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
 	}
 	drop := func() { c.local.Invalidate(key) }
 	c.gens.beginChange(key, drop)
-	c.flights.Forget(key)
+	c.forget(key)
 	var err error
 	if c.cfg.Store != nil {
 		err = c.remoteChange(ctx, "invalidate", key, func() error { return c.cfg.Store.Invalidate(ctx, key) })
@@ -566,7 +574,7 @@ func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
 	// put that value back in the local tier, or started a flight that would
 	// hand it out: the change ends by dropping both again.
 	c.gens.endChange(key, drop)
-	c.flights.Forget(key)
+	c.forget(key)
 	return err
 }
 
@@ -587,7 +595,10 @@ func (c *Cache[V]) InvalidateAll(ctx context.Context) error {
 	var err error
 	if s := c.cfg.Store; s != nil {
 		if cl, ok := s.(Clearer); ok {
-			err = c.remoteChange(ctx, "invalidate-all", "", func() error { return cl.InvalidateAll(ctx) })
+			c.clears.Add(1) // before the call: its notice may come back before it returns
+			if err = c.remoteChange(ctx, "invalidate-all", "", func() error { return cl.InvalidateAll(ctx) }); err != nil {
+				c.ownClear() // no notice will come, or one that is taken for another replica's
+			}
 		} else {
 			err = fmt.Errorf("herd: InvalidateAll: the Store (%T) cannot retire every key: %w", s, errors.ErrUnsupported)
 		}
@@ -598,12 +609,37 @@ func (c *Cache[V]) InvalidateAll(ctx context.Context) error {
 	return err
 }
 
+// ownClear takes one of this replica's own InvalidateAlls whose notice has
+// not come back, and reports whether there was one. Notices come in the
+// order the Store made the changes, so a notice taken for this replica's
+// own is at worst another replica's earlier one, whose keys this replica's
+// own InvalidateAll dropped too.
+func (c *Cache[V]) ownClear() bool {
+	for {
+		n := c.clears.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.clears.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// forget frees key for a new flight and a new read of the Store, so that
+// no caller joins one that began before a change of key.
+func (c *Cache[V]) forget(key string) {
+	c.flights.Forget(key)
+	c.reads.Forget(key)
+}
+
 // dropAll empties the local tier and frees every key for a new flight, so
 // that no caller joins a load that began before.
 func (c *Cache[V]) dropAll() {
 	c.gens.bumpAll()
 	c.local.InvalidateAll()
 	c.flights.ForgetAll()
+	c.reads.ForgetAll()
 }
 
 // goBackground runs fn on a goroutine of its own that Close waits for; on a

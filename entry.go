@@ -93,6 +93,9 @@ func (e *entry[V]) staleCopy(now int64, fence uint64) *entry[V] {
 
 func (e *entry[V]) stale(now int64) bool { return !e.uncached && now >= e.soft }
 
+// gone reports whether e is past its hard expiry at now: never to be served.
+func (e *entry[V]) gone(now int64) bool { return !e.uncached && now >= e.hard }
+
 // midStale is the middle of e's stale window (Unix nanoseconds).
 func (e *entry[V]) midStale() int64 { return e.soft + (e.hard-e.soft)/2 }
 
@@ -224,10 +227,11 @@ type genStripe struct {
 	writes, changes map[string]int
 	// idle is signalled when a key's writes drop to zero; its L is &mu.
 	idle sync.Cond
-	// heldUntil maps a key whose lease another replica was found to hold
-	// to when that holder's lease ends (Unix nanoseconds); guarded by mu, nil
-	// until first used. Expired keys are swept as new ones are added.
-	heldUntil map[string]int64
+	// heldUntil maps a key whose lease another load was found to hold to
+	// when that holder's lease ends and to the watch of its completion;
+	// guarded by mu, nil until first used. Expired and completed keys are
+	// swept as new ones are added.
+	heldUntil map[string]heldBy
 	// refreshing holds the keys a background refresh runs for; guarded by
 	// mu, nil until first used. Two copies of one key (one re-read from the
 	// Store while the other is refreshed) start one refresh between them.
@@ -268,6 +272,13 @@ func (g *generations) get(key string) (gen, puts uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.n, s.puts
+}
+
+// changedSince reports whether key's stripe changed generation since gen
+// was read.
+func (g *generations) changedSince(key string, gen uint64) bool {
+	n, _ := g.get(key)
+	return n != gen
 }
 
 // beginChange starts a Set or Invalidate of key: it bumps the generation,
@@ -355,24 +366,53 @@ func (g *generations) endWrite(key string) {
 	}
 }
 
-// markHeld records that another replica holds key's lease until until (Unix
-// nanoseconds): this replica does not try that lease again before then,
-// unless the holder's notice arrives first.
-func (g *generations) markHeld(key string, until, now int64) {
+// heldBy is what a replica knows of a lease another load holds.
+type heldBy struct {
+	until int64      // when the holder's lease ends (Unix ns)
+	done  completion // its completion, watched since before it was known; zero: not watched
+}
+
+// over reports whether the holder's lease is over at now: its time has
+// passed or its completion was announced.
+func (h heldBy) over(now int64) bool {
+	if h.until <= now {
+		return true
+	}
+	select {
+	case <-h.done.done: // a nil channel never is
+		return true
+	default:
+		return false
+	}
+}
+
+// markHeld records that another load holds key's lease until until (Unix
+// nanoseconds), with the watch of its completion, which it then owns: this
+// replica does not try that lease again before then, unless the holder's
+// completion or notice comes first.
+func (g *generations) markHeld(key string, until, now int64, done completion) {
 	s := g.stripe(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var stale []completion
 	if s.heldUntil == nil {
-		s.heldUntil = make(map[string]int64)
+		s.heldUntil = make(map[string]heldBy)
 	}
 	if len(s.heldUntil) >= sweepAt {
-		for k, t := range s.heldUntil {
-			if t <= now {
+		for k, h := range s.heldUntil {
+			if h.over(now) {
 				delete(s.heldUntil, k)
+				stale = append(stale, h.done)
 			}
 		}
 	}
-	s.heldUntil[key] = until
+	if old, ok := s.heldUntil[key]; ok {
+		stale = append(stale, old.done)
+	}
+	s.heldUntil[key] = heldBy{until: until, done: done}
+	s.mu.Unlock()
+	for _, w := range stale {
+		w.stop()
+	}
 }
 
 // sweepAt is the size of a stripe's heldUntil at which adding a key first
@@ -385,21 +425,27 @@ const sweepAt = 16
 func (g *generations) held(key string, now int64) (until int64, ok bool) {
 	s := g.stripe(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	until, ok = s.heldUntil[key]
-	if ok && until <= now {
+	h, ok := s.heldUntil[key]
+	if ok && h.over(now) {
 		delete(s.heldUntil, key)
+		s.mu.Unlock()
+		h.done.stop()
 		return 0, false
 	}
-	return until, ok
+	s.mu.Unlock()
+	return h.until, ok
 }
 
 // forgetHeld drops what markHeld recorded of key: its holder's notice came.
 func (g *generations) forgetHeld(key string) {
 	s := g.stripe(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	h, ok := s.heldUntil[key]
 	delete(s.heldUntil, key)
+	s.mu.Unlock()
+	if ok {
+		h.done.stop()
+	}
 }
 
 // forgetAllHeld drops what markHeld recorded of every key: notices may have
@@ -408,8 +454,12 @@ func (g *generations) forgetAllHeld() {
 	for i := range g.stripes {
 		s := &g.stripes[i]
 		s.mu.Lock()
-		clear(s.heldUntil)
+		held := s.heldUntil
+		s.heldUntil = nil
 		s.mu.Unlock()
+		for _, h := range held {
+			h.done.stop()
+		}
 	}
 }
 

@@ -281,6 +281,47 @@ func TestGetManyPanicAndGoexitReachEveryKey(t *testing.T) {
 	}
 }
 
+// TestGetManyPanicFailsOnlyItsCall: with MaxBatch 2, a panic or Goexit in
+// the loader call of the first two keys fails those two only; the call of
+// the other two is still made and serves them.
+func TestGetManyPanicFailsOnlyItsCall(t *testing.T) {
+	for name, die := range map[string]func(){"panic": func() { panic("boom") }, "Goexit": runtime.Goexit} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				o := testOptions()
+				o.MaxBatch = 2
+				c := newCache(t, o)
+				var calls [][]string
+				load := func(_ context.Context, keys []string) (map[string]int, error) {
+					calls = append(calls, keys)
+					if slices.Contains(keys, "a") {
+						die()
+					}
+					m := map[string]int{}
+					for _, k := range keys {
+						m[k] = len(k)
+					}
+					return m, nil
+				}
+				items := c.GetMany(bounded(t), []string{"a", "b", "ccc", "dddd"}, load)
+				for i := range 2 {
+					if items[i].Err == nil {
+						t.Errorf("item %d = %d; want the error of its call", i, items[i].Value)
+					}
+				}
+				for i, want := range []int{3, 4} {
+					if it := items[i+2]; it.Err != nil || it.Value != want {
+						t.Errorf("item %d = %d, %v; want %d from the second call", i+2, it.Value, it.Err, want)
+					}
+				}
+				if len(calls) != 2 {
+					t.Errorf("loader calls = %q; want two", calls)
+				}
+			})
+		})
+	}
+}
+
 func TestGetManyCallerContextBoundsOnlyItsWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCache(t, testOptions())

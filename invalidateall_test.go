@@ -113,3 +113,39 @@ func TestInvalidateAllUnsupported(t *testing.T) {
 		}
 	})
 }
+
+// TestInvalidateAllOwnNoticeKeepsNewLoads: the notice of a replica's own
+// InvalidateAll, arriving while a load that began after the call is
+// running, neither keeps that load's value out of the tiers nor makes the
+// key load again.
+func TestInvalidateAllOwnNoticeKeepsNewLoads(t *testing.T) {
+	for _, lease := range []bool{true, false} {
+		t.Run(map[bool]string{true: "lease", false: "no lease"}[lease], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := memory.New()
+				c := fleetReplica(t, r, func(o *herd.Options[int]) {
+					if !lease {
+						o.Lease = nil
+					}
+				})
+				ctx := bounded(t)
+				fleetMustGet(t, c, "k", fleetValue(1), 1)
+				if err := c.InvalidateAll(ctx); err != nil {
+					t.Fatalf("InvalidateAll: %v", err)
+				}
+				gate := make(chan struct{})
+				res := getAsync(ctx, c, "k", func(ctx context.Context) (int, error) { return 2, hold(ctx, gate) })
+				synctest.Wait() // the notice arrives while the load runs
+				close(gate)
+				if got := recv(t, res); got.err != nil || got.v != 2 {
+					t.Fatalf("the Get after InvalidateAll = %d, %v; want 2, nil", got.v, got.err)
+				}
+				synctest.Wait()
+				fleetMustGet(t, c, "k", fleetNoLoad(t, "a Get after the new load"), 2)
+				if env, _ := r.Load(ctx, "k"); env == nil {
+					t.Error("the load after InvalidateAll wrote nothing to the Store")
+				}
+			})
+		})
+	}
+}

@@ -3,7 +3,10 @@ package herd
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"time"
+
+	"github.com/herdcache/herd/flight"
 )
 
 // errLoadPanicked ends the span of a load that panicked or called
@@ -11,12 +14,15 @@ import (
 var errLoadPanicked = errors.New("herd: load panicked")
 
 // store puts a freshly loaded entry in the local tier and hands its remote
-// write, with the release of the lease when one is held, to the background,
-// so that the load's callers get the value as soon as the load returns.
-// Nothing is written to either tier when key was set or invalidated in this
-// process since gen was read: with a lease the fence would refuse the write,
-// without one this process's own order refuses it.
-func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *heldLease, remoteUp bool, gen uint64) {
+// write, with the end of held (a lease of set, nil when none is held), to
+// the background, so that the load's callers get the value as soon as the
+// load returns. Nothing is written to either tier when key was set or
+// invalidated in this process since gen was read: with a lease the fence
+// would refuse the write, without one this process's own order refuses it.
+// A value loaded under a lease that could have lapsed meanwhile enters the
+// local tier only once the Store has taken its write: another replica may
+// have taken the lease over, or a change fenced it.
+func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *heldLease, set *leaseSet, remoteUp bool, gen uint64) {
 	var env []byte
 	if remoteUp {
 		var err error
@@ -31,17 +37,25 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 			e.near = addTime(c.clk.now(), c.cfg.NearTTL)
 		}
 	}
+	ttl := func() time.Duration { return time.Duration(e.hard - c.clk.now()) }
+	if held != nil && env != nil && !held.heldAt(c.clk.now()) {
+		if c.gens.changedSince(key, gen) {
+			return // the fence refuses it, and the local tier must not take it
+		}
+		set.end(leaseEnd{h: held, env: env, ttl: ttl(), accepted: func() { c.setLocal(key, e, gen) }})
+		return
+	}
 	unfenced := env != nil && held == nil
 	if !c.publish(key, e, gen, unfenced) {
 		return
 	}
-	ttl := time.Duration(e.hard - c.clk.now())
 	switch {
 	case held != nil:
-		c.endLease(ctx, held, env, ttl, e)
+		set.end(leaseEnd{h: held, env: env, ttl: ttl(), refused: func() { c.unpublish(key, e) }})
 	case unfenced:
 		c.goBackground(func() {
 			defer c.gens.endWrite(key)
+			ttl := ttl()
 			if ttl <= 0 {
 				return
 			}
@@ -54,6 +68,32 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 			}
 		})
 	}
+}
+
+// guard runs fn on a goroutine of its own and returns its error, or, when
+// fn panics or calls runtime.Goexit, a [flight.PanicError] carrying the
+// panic value and stack or [flight.ErrGoexit]: so one call of a batch
+// loader that panics fails only the keys it was given, and the calls
+// after it still run.
+func guard(fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		normal := false
+		defer func() {
+			if normal {
+				return
+			}
+			if r := recover(); r != nil {
+				done <- &flight.PanicError{Value: r, Stack: debug.Stack()}
+			} else {
+				done <- flight.ErrGoexit
+			}
+		}()
+		err := fn()
+		normal = true
+		done <- err
+	}()
+	return <-done
 }
 
 // remoteCtx bounds a remote call made on behalf of a load that may have used

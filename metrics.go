@@ -23,7 +23,8 @@ type Recorder interface {
 	// it was a refresh.
 	RecordLoad(d time.Duration, err error, background bool)
 	// RecordLease is called for each lease event; wait is the time a loser
-	// waited (LeaseWoken, LeaseWaitTimeout), zero otherwise.
+	// waited (LeaseWoken, LeaseWaitTimeout, LeaseWaitAbandoned), zero
+	// otherwise.
 	RecordLease(e LeaseEvent, wait time.Duration)
 	// RecordShed is called when the limiter refuses a load, with the
 	// limiter's reason (limiter.ReasonQueueTimeout, ReasonQueueFull or
@@ -164,12 +165,13 @@ func (r GetResult) String() string {
 type LeaseEvent uint8
 
 const (
-	LeaseAcquired    LeaseEvent = iota // this replica took the lease
-	LeaseContended                     // another replica held it
-	LeaseWoken                         // a waiting loser got the holder's value
-	LeaseWaitTimeout                   // a waiting loser gave up
-	LeaseLost                          // the lease expired or moved before release
-	LeaseFenced                        // a write was refused: a newer write or invalidation won
+	LeaseAcquired      LeaseEvent = iota // this replica took the lease
+	LeaseContended                       // another replica held it
+	LeaseWoken                           // a waiting loser got the holder's value
+	LeaseWaitTimeout                     // a waiting loser gave up
+	LeaseLost                            // the lease expired or moved before release
+	LeaseFenced                          // a write was refused: a newer write or invalidation won
+	LeaseWaitAbandoned                   // a waiting loser's caller left (its context ended) first
 )
 
 func (e LeaseEvent) String() string {
@@ -186,6 +188,8 @@ func (e LeaseEvent) String() string {
 		return "lost"
 	case LeaseFenced:
 		return "fenced"
+	case LeaseWaitAbandoned:
+		return "wait-abandoned"
 	}
 	return "unknown"
 }

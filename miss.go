@@ -61,6 +61,9 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 		if err != nil {
 			return zero, err
 		}
+		if e.gone(c.clk.now()) {
+			continue // it expired while remote calls were waited on: fill again
+		}
 		if !e.stale(c.clk.now()) {
 			return e.result()
 		}
@@ -194,17 +197,18 @@ func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co ca
 		// the fence) nor a limiter slot.
 		return nil, ErrNoLoader
 	}
-	held, e, err := f.takeLease(ctx)
+	set := newLeaseSet()
+	defer c.closeSet(ctx, set) // the lease's end, or its release
+	held, e, err := f.takeLease(ctx, set)
 	if e != nil || err != nil {
 		return e, err
 	}
-	defer c.endLease(ctx, held, nil, 0, nil) // unless the write-back ended it
 	release, err := f.takeSlot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return f.loadAndStore(ctx, load, held)
+	return f.loadAndStore(ctx, load, held, set)
 }
 
 // fillState is what the stages of one fill share.
@@ -261,6 +265,20 @@ func (f *fillState[V]) recheckLocal() *entry[V] {
 	return nil
 }
 
+// servableCandidate is the candidate, when a miss may serve it now that a
+// remote call failed: fresh, or stale when the miss may serve stale, and
+// never past its hard expiry, judged by the time after the call.
+func (f *fillState[V]) servableCandidate() *entry[V] {
+	cand := f.candidate
+	if cand == nil || f.mode != foreground {
+		return nil
+	}
+	if now := f.c.clk.now(); now < cand.hard && (now < cand.soft || f.staleOK()) {
+		return cand
+	}
+	return nil
+}
+
 // recheckStore returns a value from the Store that settles the fill, read
 // now or taken from pre when no load put a value in key's stripe since; it
 // decides whether the fill uses the remote tier. A failed read still tries
@@ -279,7 +297,7 @@ func (f *fillState[V]) recheckStore(ctx context.Context, pre remoteRead[V]) *ent
 	switch re := rr.e; {
 	case !rr.done:
 	case rr.err != nil:
-		if cand := f.candidate; cand != nil && f.mode == foreground && (f.now < cand.soft || f.staleOK()) {
+		if cand := f.servableCandidate(); cand != nil {
 			return cand
 		}
 	case rr.gone:
@@ -295,11 +313,12 @@ func (f *fillState[V]) recheckStore(ctx context.Context, pre remoteRead[V]) *ent
 }
 
 // takeLease settles a miss at the lease, when the fill uses the remote
-// tier: it returns the lease this replica took (nil when it loads without
-// one), or a value to serve, or an error. A replica that was told another
-// holds the lease does not try it again before the holder's notice or its
-// time; it goes straight to the loser policy.
-func (f *fillState[V]) takeLease(ctx context.Context) (*heldLease, *entry[V], error) {
+// tier: it returns the lease this replica took, held in set and watched
+// (nil when it loads without one), or a value to serve, or an error. A
+// replica that was told another load holds the lease does not try it
+// again before that load's completion or notice, or its time; it goes
+// straight to the loser policy.
+func (f *fillState[V]) takeLease(ctx context.Context, set *leaseSet) (*heldLease, *entry[V], error) {
 	c := f.c
 	if !f.remoteUp || c.cfg.Lease == nil {
 		return nil, nil, nil
@@ -325,20 +344,19 @@ func (f *fillState[V]) takeLease(ctx context.Context) (*heldLease, *entry[V], er
 		}
 	}
 	held, e := f.settleAttempt(a)
-	if held != nil {
-		c.hold(ctx, held)
-	}
+	set.add(held)
+	c.watchSet(ctx, set)
 	return held, e, nil
 }
 
 // settleAttempt is what a miss does with the last answer of the lease
-// (not leaseHeld): the lease this replica took, with no watchdog yet, or a
-// value to serve, or neither, to load without a lease (written unfenced
-// over an undecodable value, or not at all when the tier failed).
+// (not leaseHeld): the lease this replica took, or a value to serve, or
+// neither, to load without a lease (written unfenced over an undecodable
+// value, or not at all when the tier failed).
 func (f *fillState[V]) settleAttempt(a attempt[V]) (*heldLease, *entry[V]) {
 	switch a.outcome {
 	case leaseGranted:
-		return heldFrom(f.key, a.grant), nil
+		return a.held, nil
 	case leaseFound:
 		if !a.e.stale(f.c.clk.now()) {
 			f.c.setLocal(f.key, a.e, f.gen)
@@ -350,17 +368,19 @@ func (f *fillState[V]) settleAttempt(a attempt[V]) (*heldLease, *entry[V]) {
 	return nil, nil
 }
 
-// lose applies the loser policy to a lease another replica holds: serve the
+// lose applies the loser policy to a lease another load holds: serve the
 // candidate, fail fast, or wait for the holder.
 func (f *fillState[V]) lose(ctx context.Context, a attempt[V]) (attempt[V], error) {
 	c, co := f.c, f.co
 	if cand := f.candidate; cand != nil && !co.noStale && co.policy != Wait && c.clk.now() < cand.hard {
+		a.giveUp()
 		return attempt[V]{outcome: leaseFound, e: cand}, nil
 	}
 	if co.policy == FailFast {
+		a.giveUp()
 		return a, ErrLeaseHeld
 	}
-	return c.waitHolder(ctx, f.key, a.until)
+	return c.waitHolder(ctx, f.key, a)
 }
 
 // takeSlot takes a foreground limiter slot, waiting in the limiter's queue;
@@ -387,22 +407,22 @@ func (f *fillState[V]) takeSlot(ctx context.Context) (release func(), err error)
 // loadAndStore is the last stage of a fill: it loads, hands the value to
 // the flight's callers and the local tier, and writes it back under held
 // (nil: unfenced, or not at all when the fill does not use the remote tier).
-func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held *heldLease) (*entry[V], error) {
+func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held *heldLease, set *leaseSet) (*entry[V], error) {
 	c := f.c
 	v, delta, d, err := c.runLoad(ctx, f.key, load, f.mode == background)
 	if err == nil {
 		c.learnTags(ctx, d.tags) // the versions as of now, to judge the load by
 	}
-	return f.stored(ctx, v, delta, d, err, held)
+	return f.stored(ctx, v, delta, d, err, held, set)
 }
 
 // stored settles a fill with what its load returned: v, or err, measured
 // as delta, with the load's own decisions d.
-func (f *fillState[V]) stored(ctx context.Context, v V, delta time.Duration, d directives, err error, held *heldLease) (*entry[V], error) {
+func (f *fillState[V]) stored(ctx context.Context, v V, delta time.Duration, d directives, err error, held *heldLease, set *leaseSet) (*entry[V], error) {
 	c := f.c
 	now := c.clk.now()
 	if err != nil {
-		return f.loadFailed(ctx, err, held, now)
+		return f.loadFailed(ctx, err, held, set, now)
 	}
 	e := &entry[V]{value: v, delta: int64(delta)}
 	if prev := cmp.Or(f.old, f.candidate); prev != nil {
@@ -419,7 +439,7 @@ func (f *fillState[V]) stored(ctx context.Context, v V, delta time.Duration, d d
 	soft, hard = c.cfg.jitter.Pair(soft, hard, c.jitterDraw())
 	e.soft, e.hard = addTime(now, soft), addTime(now, hard)
 	c.setLead(f.key, e)
-	c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
+	c.store(ctx, f.key, e, held, set, f.remoteUp, f.gen)
 	return e, nil
 }
 
@@ -436,7 +456,7 @@ func (f *fillState[V]) since(held *heldLease) uint64 {
 // loadFailed settles a fill whose load returned err: a not-found is
 // remembered for NegativeTTL, a miss that may serve stale is served its
 // candidate (stale-if-error), and any other error goes to the callers.
-func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLease, now int64) (*entry[V], error) {
+func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLease, set *leaseSet, now int64) (*entry[V], error) {
 	c := f.c
 	notFound := errors.Is(err, ErrNotFound)
 	if notFound {
@@ -447,7 +467,7 @@ func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLeas
 	if notFound && c.cfg.NegativeTTL > 0 {
 		exp := addTime(now, c.cfg.NegativeTTL)
 		e := &entry[V]{soft: exp, hard: exp, negative: true}
-		c.store(ctx, f.key, e, held, f.remoteUp, f.gen)
+		c.store(ctx, f.key, e, held, set, f.remoteUp, f.gen)
 		return e, nil
 	}
 	if cand := f.candidate; cand != nil && f.staleOK() && now < cand.hard {

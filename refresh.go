@@ -107,11 +107,13 @@ func (c *Cache[V]) runRefresh(ctx context.Context, key string, load LoadFunc[V],
 	if settled {
 		return
 	}
+	set := newLeaseSet()
+	set.add(held)
+	defer c.closeSet(ctx, set) // the lease's end, or its release when no flight ran
 	_, err, ran := c.flights.TryDo(ctx, key, func(fctx context.Context) (*entry[V], error) {
-		return c.refill(fctx, key, load, old, held, remoteUp)
+		return c.refill(fctx, key, load, old, held, set, remoteUp)
 	})
 	if !ran {
-		c.endLease(ctx, held, nil, 0, nil)
 		return
 	}
 	if err != nil {
@@ -195,11 +197,12 @@ func (c *Cache[V]) refreshLease(ctx context.Context, key string, old *entry[V]) 
 	}
 	switch a.outcome {
 	case leaseGranted:
-		return heldFrom(key, a.grant), true, false
+		return a.held, true, false
 	case leaseFound:
 		c.setLocal(key, a.e, gen)
 		return nil, false, true
 	case leaseHeld:
+		a.giveUp()
 		c.backOff(old, 0) // and tryLease remembered the holder
 		return nil, false, true
 	case leaseUndecodable:
@@ -210,11 +213,8 @@ func (c *Cache[V]) refreshLease(ctx context.Context, key string, old *entry[V]) 
 
 // refill is a background refresh's work inside its flight, with its slot
 // and its lease (held, when it took one) already taken.
-func (c *Cache[V]) refill(ctx context.Context, key string, load LoadFunc[V], old *entry[V], held *heldLease, remoteUp bool) (*entry[V], error) {
-	if held != nil {
-		c.hold(ctx, held)
-		defer c.endLease(ctx, held, nil, 0, nil) // unless the write-back ended it
-	}
+func (c *Cache[V]) refill(ctx context.Context, key string, load LoadFunc[V], old *entry[V], held *heldLease, set *leaseSet, remoteUp bool) (*entry[V], error) {
+	c.watchSet(ctx, set)
 	f := c.newFill(key, background, callOpts{})
 	f.old, f.remoteUp = old, remoteUp
 	if e := f.recheckLocal(); e != nil {
@@ -226,7 +226,7 @@ func (c *Cache[V]) refill(ctx context.Context, key string, load LoadFunc[V], old
 			return e, nil
 		}
 	}
-	return f.loadAndStore(ctx, load, held)
+	return f.loadAndStore(ctx, load, held, set)
 }
 
 // The refresh window of Gets served by Options.LoadMany: the refreshes

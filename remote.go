@@ -78,6 +78,21 @@ type WriteReleaser interface {
 	WriteRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error)
 }
 
+// Watcher is implemented by a [Lease] whose completion announcements can
+// be waited for from before an acquisition, so that a completion announced
+// between the answer of Acquire and the start of a wait is not missed: a
+// loser registers, then asks for the lease, then waits on what it
+// registered. A cache whose Lease is no Watcher waits with [Lease.Wait]
+// and re-reads after a bounded backoff.
+type Watcher interface {
+	// Watch registers, at once and without a round trip, for the next
+	// completion of key announced after the call (what ends a
+	// [Lease.Wait]): done is closed by it, or when announcements may have
+	// been lost. stop takes the registration back; it may be called more
+	// than once, and after done is closed.
+	Watch(key string) (done <-chan struct{}, stop func())
+}
+
 // Grant is the outcome of [Lease.Acquire]. Exactly one of Value, Token or
 // HeldFor is set.
 type Grant struct {

@@ -39,12 +39,16 @@ type Stats struct {
 
 	LeaseAcquired     int64 // leases taken
 	LeaseContended    int64 // acquisitions that found the lease held
-	LeaseWaitTimeouts int64 // Wait losers that gave up
-	LeaseExtended     int64 // watchdog extensions
-	LeaseLost         int64 // extensions refused: the lease had expired or moved
-	WokenByPush       int64 // Wait losers woken by a completion notice
-	WokenByPoll       int64 // Wait losers that found the value on a fallback re-read
-	FencedWrites      int64 // writes refused because a newer write or invalidation won
+	LeaseWaitTimeouts int64 // Wait losers that gave up at LeaseWait
+	// LeaseWaitsAbandoned counts Wait losers whose caller's context ended
+	// before the holder's load did: with LeaseWait and the callers'
+	// deadlines, every wait that did not end with a value is counted.
+	LeaseWaitsAbandoned int64
+	LeaseExtended       int64 // watchdog extensions
+	LeaseLost           int64 // extensions refused: the lease had expired or moved
+	WokenByPush         int64 // Wait losers woken by a completion notice
+	WokenByPoll         int64 // Wait losers that found the value on a fallback re-read
+	FencedWrites        int64 // writes refused because a newer write or invalidation won
 
 	Shed         int64 // loads refused by the limiter
 	RemoteErrors int64 // failed remote calls
@@ -107,46 +111,47 @@ func (c *Cache[V]) Stats() Stats {
 		ls = LimiterStats{Limit: l.Limit(), InUse: l.InUse(), Waiting: l.Waiting(), Stats: l.Stats()}
 	}
 	return Stats{
-		Limiter:           ls,
-		HotKeys:           c.hotKeys(),
-		LoadsRunning:      running,
-		KeyConcurrency:    keyNow,
-		KeyConcurrencyMax: keyMax,
-		LoadDuration:      c.loadDur.snapshot(),
-		LeaseWait:         c.waitDur.snapshot(),
-		QueueWait:         c.queueDur.snapshot(),
-		Degraded:          c.brk.open(),
-		DegradedTime:      degraded,
-		BreakerOpens:      opens,
-		Hits:              s.hits.load(),
-		RemoteHits:        s.remoteHits.load(),
-		RemoteWaits:       s.remoteWaits.load(),
-		Revalidations:     s.revalidations.load(),
-		Misses:            s.misses.load(),
-		NegativeHits:      s.negativeHits.load(),
-		StaleServed:       s.staleServed.load(),
-		StaleIfError:      s.staleIfError.load(),
-		EarlyRefreshes:    s.earlyRefreshes.load(),
-		AheadRefreshes:    s.aheadRefreshes.load(),
-		StaleRefreshes:    s.staleRefreshes.load(),
-		RefreshFailures:   s.refreshFailures.load(),
-		Loads:             s.loads.load(),
-		LoadErrors:        s.loadErrors.load(),
-		LoadsNotFound:     s.loadsNotFound.load(),
-		Coalesced:         s.coalesced.load(),
-		LeaseAcquired:     s.leaseAcquired.load(),
-		LeaseContended:    s.leaseContended.load(),
-		LeaseWaitTimeouts: s.leaseWaitTimeouts.load(),
-		LeaseExtended:     s.leaseExtended.load(),
-		LeaseLost:         s.leaseLost.load(),
-		WokenByPush:       s.wokenByPush.load(),
-		WokenByPoll:       s.wokenByPoll.load(),
-		FencedWrites:      s.fencedWrites.load(),
-		Shed:              s.shed.load(),
-		RemoteErrors:      s.remoteErrors.load(),
-		DecodeErrors:      s.decodeErrors.load(),
-		EncodeErrors:      s.encodeErrors.load(),
-		InFlight:          c.flights.InFlight(),
+		Limiter:             ls,
+		HotKeys:             c.hotKeys(),
+		LoadsRunning:        running,
+		KeyConcurrency:      keyNow,
+		KeyConcurrencyMax:   keyMax,
+		LoadDuration:        c.loadDur.snapshot(),
+		LeaseWait:           c.waitDur.snapshot(),
+		QueueWait:           c.queueDur.snapshot(),
+		Degraded:            c.brk.open(),
+		DegradedTime:        degraded,
+		BreakerOpens:        opens,
+		Hits:                s.hits.load(),
+		RemoteHits:          s.remoteHits.load(),
+		RemoteWaits:         s.remoteWaits.load(),
+		Revalidations:       s.revalidations.load(),
+		Misses:              s.misses.load(),
+		NegativeHits:        s.negativeHits.load(),
+		StaleServed:         s.staleServed.load(),
+		StaleIfError:        s.staleIfError.load(),
+		EarlyRefreshes:      s.earlyRefreshes.load(),
+		AheadRefreshes:      s.aheadRefreshes.load(),
+		StaleRefreshes:      s.staleRefreshes.load(),
+		RefreshFailures:     s.refreshFailures.load(),
+		Loads:               s.loads.load(),
+		LoadErrors:          s.loadErrors.load(),
+		LoadsNotFound:       s.loadsNotFound.load(),
+		Coalesced:           s.coalesced.load(),
+		LeaseAcquired:       s.leaseAcquired.load(),
+		LeaseContended:      s.leaseContended.load(),
+		LeaseWaitTimeouts:   s.leaseWaitTimeouts.load(),
+		LeaseWaitsAbandoned: s.leaseWaitsAbandoned.load(),
+		LeaseExtended:       s.leaseExtended.load(),
+		LeaseLost:           s.leaseLost.load(),
+		WokenByPush:         s.wokenByPush.load(),
+		WokenByPoll:         s.wokenByPoll.load(),
+		FencedWrites:        s.fencedWrites.load(),
+		Shed:                s.shed.load(),
+		RemoteErrors:        s.remoteErrors.load(),
+		DecodeErrors:        s.decodeErrors.load(),
+		EncodeErrors:        s.encodeErrors.load(),
+		InFlight:            c.flights.InFlight(),
 	}
 }
 
@@ -155,6 +160,7 @@ type counters struct {
 	earlyRefreshes, staleRefreshes, refreshFailures                   stripedCounter
 	loads, loadErrors, loadsNotFound, coalesced                       stripedCounter
 	leaseAcquired, leaseContended, leaseWaitTimeouts                  stripedCounter
+	leaseWaitsAbandoned                                               stripedCounter
 	leaseExtended, leaseLost, wokenByPush, wokenByPoll                stripedCounter
 	fencedWrites, shed, remoteErrors, decodeErrors, encodeErrors      stripedCounter
 	remoteWaits, revalidations, aheadRefreshes, hotSample             stripedCounter

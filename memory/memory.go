@@ -362,6 +362,23 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 	}
 }
 
+// Watch registers for the next completion of key announced after it was
+// called, as Wait waits for it, without blocking ([herd.Watcher]); done
+// is also closed when the remote goes down.
+func (r *Remote) Watch(key string) (done <-chan struct{}, stop func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.waits.Add(key)
+	var once sync.Once
+	return w.C(), func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.waits.Leave(w)
+		})
+	}
+}
+
 // check returns the error that refuses a call: an ended ctx or a down
 // remote. r.mu is held.
 func (r *Remote) check(ctx context.Context, op, key string) error {
