@@ -277,7 +277,7 @@ func (c *Cache[V]) GetIfPresent(key string) (V, bool) {
 	if !ok || e.negative || c.closed.Load() {
 		return zero, false
 	}
-	if now := c.hitClk.bound(); now < e.soft && c.trusted(e, now) {
+	if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
 		return e.value, true
 	}
 	now := c.clk.now()

@@ -29,7 +29,8 @@ type entry[V any] struct {
 	// fast load does not cut the lead that the next, slower one needs.
 	delta int64
 	// lead is how long before soft a hit starts an early refresh (ns),
-	// decided once for the value by setLead; zero: never.
+	// decided once for the value by setLead; zero: never. A stale copy's is
+	// its soft expiry (staleCopy): the hit path's coarse check never passes.
 	lead     int64
 	negative bool
 	// uncached marks a value its load asked not to cache: it is handed to the
@@ -84,9 +85,12 @@ func (e *entry[V]) newerThan(o *entry[V]) bool {
 }
 
 // staleCopy returns a copy of e that went stale at now, under fence if
-// that is newer than e's.
+// that is newer than e's. Its lead is its whole soft expiry, so that no
+// read judges it by the hit path's coarse clock, which may lag the precise
+// one while starved of CPU: every read of it takes the precise time, and
+// finds it stale.
 func (e *entry[V]) staleCopy(now int64, fence uint64) *entry[V] {
-	s := &entry[V]{value: e.value, soft: now, hard: e.hard, near: e.near, born: e.born, delta: e.delta, negative: e.negative, tags: e.tags, since: e.since}
+	s := &entry[V]{value: e.value, soft: now, lead: now, hard: e.hard, near: e.near, born: e.born, delta: e.delta, negative: e.negative, tags: e.tags, since: e.since}
 	s.fence.Store(max(fence, e.fence.Load()))
 	return s
 }
