@@ -266,6 +266,7 @@ type leaseEnd struct {
 // (a newer write or an invalidation won) drops the load's local entry.
 func (c *Cache[V]) leaseEnded(end leaseEnd, wrote bool, err error) {
 	c.gens.forgetHeld(end.h.key)
+	c.leaseWriteFailed(end, wrote, err)
 	if err == nil && end.env != nil && !wrote {
 		end.refused()
 		c.st.fencedWrites.add(1)
