@@ -283,6 +283,7 @@ func (c *Cache[V]) writeRelease(ctx context.Context, h *heldLease, env []byte, t
 // a write the Store took its accepted.
 func (c *Cache[V]) leaseEnded(e leaseEnd, wrote bool, err error) {
 	c.gens.forgetHeld(e.h.key)
+	c.leaseWriteFailed(e, wrote, err)
 	switch {
 	case err != nil || e.env == nil:
 	case !wrote:

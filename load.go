@@ -28,6 +28,7 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 		var err error
 		if env, err = c.encode(e); err != nil {
 			c.st.encodeErrors.add(1)
+			c.encodeFailed(ctx, key, err)
 			return // a value the codec cannot encode is served, not cached
 		}
 		if held != nil {
@@ -63,6 +64,7 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 			defer cancel()
 			f, err := c.cfg.Store.Set(rctx, key, env, ttl)
 			c.remoteDone(rctx, err)
+			c.writeBackFailed(key, err)
 			if err == nil {
 				e.fence.Store(f)
 			}

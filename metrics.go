@@ -96,6 +96,20 @@ type EventRecorder interface {
 	RecordEvent(e Event)
 }
 
+// ContextEventRecorder is an optional interface of an [EventRecorder] that
+// also receives the context of the load an event happened in, so that a
+// tracer can put the event on the span of the caller the load ran for, or
+// a logger take the trace from it. A cache calls RecordEventContext in
+// place of RecordEvent for EventEncodeFailed, with the context the load
+// ran for (it keeps the values, the span among them, of the context of the
+// call that started the load); every other event, write-back failures
+// included (they happen after the load's callers got their value), comes
+// to RecordEvent.
+type ContextEventRecorder interface {
+	EventRecorder
+	RecordEventContext(ctx context.Context, e Event)
+}
+
 // Event is something that went wrong or changed state.
 type Event struct {
 	Kind EventKind
@@ -121,6 +135,24 @@ const (
 	EventBreakerOpened
 	// EventBreakerClosed: the remote tier answers again.
 	EventBreakerClosed
+	// EventWriteBackFailed: the write of a loaded value to the Store (with
+	// the release of its lease, when the load held one) returned an error,
+	// Err: Redis refused it (out of memory under maxmemory with the
+	// noeviction policy, a value above its size limit) or did not answer in
+	// time. The value was served and stays in the local tier; other
+	// replicas find nothing and load the key again. It is reported for each
+	// key, batch loads included. A write the fence refused (a newer write or
+	// an invalidation won) is no failure: it is the lease event
+	// LeaseFenced. A release that failed on its own (no value to write, or
+	// the value written) is not reported: the lease expires after LeaseTTL.
+	// Stats counts these in WriteBackErrors, and the calls in RemoteErrors.
+	EventWriteBackFailed
+	// EventEncodeFailed: the Codec could not encode a loaded value (+Inf
+	// with [JSON], say), Err. The value is served to the load's callers but
+	// cached in neither tier, so the next Get of the key loads again; it is
+	// reported on each such load. Stats counts these in EncodeErrors. A Set
+	// of such a value returns the error instead.
+	EventEncodeFailed
 )
 
 func (k EventKind) String() string {
@@ -133,6 +165,10 @@ func (k EventKind) String() string {
 		return "breaker-opened"
 	case EventBreakerClosed:
 		return "breaker-closed"
+	case EventWriteBackFailed:
+		return "write-back-failed"
+	case EventEncodeFailed:
+		return "encode-failed"
 	}
 	return "unknown"
 }
@@ -286,7 +322,7 @@ func (k *keyLoads) snapshot() (total, now, highest int) {
 }
 
 // Recorders returns a Recorder that hands every event to each of rs in
-// order; it is a [Tracer], an [EventRecorder] and a [CacheRecorder], nesting
+// order; it is a [Tracer], a [ContextEventRecorder] and a [CacheRecorder], nesting
 // the spans of every member that traces and naming every member that is a
 // CacheRecorder. Nil members are skipped.
 func Recorders(rs ...Recorder) Recorder {
@@ -345,6 +381,19 @@ func (m multiRecorder) RecordEvent(e Event) {
 	}
 }
 
+// RecordEventContext hands e with ctx to every member that is a
+// ContextEventRecorder, and e alone to every other EventRecorder.
+func (m multiRecorder) RecordEventContext(ctx context.Context, e Event) {
+	for _, x := range m {
+		switch er := x.(type) {
+		case ContextEventRecorder:
+			er.RecordEventContext(ctx, e)
+		case EventRecorder:
+			er.RecordEvent(e)
+		}
+	}
+}
+
 func (m multiRecorder) StartSpan(ctx context.Context, op, key string) (context.Context, func(error)) {
 	var ends []func(error)
 	for _, x := range m {
@@ -358,5 +407,41 @@ func (m multiRecorder) StartSpan(ctx context.Context, op, key string) (context.C
 		for i := len(ends) - 1; i >= 0; i-- {
 			ends[i](err)
 		}
+	}
+}
+
+// eventContext hands an Event, with the context of the load it happened
+// in, to the EventRecorder: to RecordEventContext when it has one.
+func (c *Cache[V]) eventContext(ctx context.Context, kind EventKind, key string, err error) {
+	e := Event{Kind: kind, Key: key, Err: err}
+	if er, ok := c.events.(ContextEventRecorder); ok {
+		er.RecordEventContext(ctx, e)
+		return
+	}
+	c.events.RecordEvent(e)
+}
+
+// encodeFailed reports that the codec could not encode the value loaded
+// for key (EncodeErrors is counted where the encoding failed).
+func (c *Cache[V]) encodeFailed(ctx context.Context, key string, err error) {
+	c.eventContext(ctx, EventEncodeFailed, key, err)
+}
+
+// writeBackFailed counts and reports the failure of the remote write of
+// the value loaded for key, when err says it failed.
+func (c *Cache[V]) writeBackFailed(key string, err error) {
+	if err == nil {
+		return
+	}
+	c.st.writeBackErrors.add(1)
+	c.event(EventWriteBackFailed, key, err)
+}
+
+// leaseWriteFailed reports the end of a lease whose value was to be
+// written, was not, and whose call failed; a release that failed alone is
+// not reported (see EventWriteBackFailed).
+func (c *Cache[V]) leaseWriteFailed(end leaseEnd, wrote bool, err error) {
+	if end.env != nil && !wrote {
+		c.writeBackFailed(end.h.key, err)
 	}
 }

@@ -54,6 +54,10 @@ type Stats struct {
 	RemoteErrors int64 // failed remote calls
 	DecodeErrors int64 // remote values that could not be decoded (served as misses)
 	EncodeErrors int64 // values the codec could not encode (served, not cached)
+	// WriteBackErrors counts the loaded values whose write to the Store
+	// failed (EventWriteBackFailed), each key of a batch counted; a write
+	// the fence refused is counted in FencedWrites instead.
+	WriteBackErrors int64
 
 	InFlight int // flights (coalesced loads, with their waiters) running now
 
@@ -151,6 +155,7 @@ func (c *Cache[V]) Stats() Stats {
 		RemoteErrors:        s.remoteErrors.load(),
 		DecodeErrors:        s.decodeErrors.load(),
 		EncodeErrors:        s.encodeErrors.load(),
+		WriteBackErrors:     s.writeBackErrors.load(),
 		InFlight:            c.flights.InFlight(),
 	}
 }
@@ -160,7 +165,7 @@ type counters struct {
 	earlyRefreshes, staleRefreshes, refreshFailures                   stripedCounter
 	loads, loadErrors, loadsNotFound, coalesced                       stripedCounter
 	leaseAcquired, leaseContended, leaseWaitTimeouts                  stripedCounter
-	leaseWaitsAbandoned                                               stripedCounter
+	leaseWaitsAbandoned, writeBackErrors                              stripedCounter
 	leaseExtended, leaseLost, wokenByPush, wokenByPoll                stripedCounter
 	fencedWrites, shed, remoteErrors, decodeErrors, encodeErrors      stripedCounter
 	remoteWaits, revalidations, aheadRefreshes, hotSample             stripedCounter

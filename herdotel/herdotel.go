@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -165,16 +166,24 @@ var histogramBounds = []float64{
 	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 }
 
-// Recorder is a [herd.Recorder], [herd.Tracer] and [herd.CacheRecorder], to
-// be set as herd.Options.Recorder; one Recorder may serve several caches,
-// each under its own herd.cache attribute, the cache's Name. It records each
-// load's duration in herd.load.duration, by herd.outcome (ok, not_found or
+// Recorder is a [herd.Recorder], [herd.Tracer], [herd.ContextEventRecorder]
+// and [herd.CacheRecorder], to be set as herd.Options.Recorder; one Recorder
+// may serve several caches, each under its own herd.cache attribute, the
+// cache's Name. It records each load's duration in herd.load.duration, by herd.outcome (ok, not_found or
 // error) and herd.background (whether the load was a refresh), and each
 // lease loser's wait in herd.lease.wait, by herd.outcome (woken or timeout);
 // and it wraps loads, refreshes and lease waits in spans ("herd.load",
 // "herd.refresh", "herd.lease_wait") that are children of the caller's span.
-// Counts come from [RegisterMetrics], so RecordGet and RecordShed do
-// nothing. It is safe for concurrent use.
+// An event that comes with a context (RecordEventContext) is added to the
+// span current in it, if that span is recording: a value the codec could
+// not encode is the event "herd.encode_failed" on the span of the caller
+// the load ran for, with herd.cache, herd.key and exception.message (the
+// codec's error). Other events, write-back failures among them (they
+// happen after the load's callers got their value, when no span of theirs
+// is current), come without one, so RecordEvent does nothing with them.
+// Counts come from [RegisterMetrics] (herd.write_back.failures counts
+// both failures by herd.reason), so RecordGet and RecordShed do nothing.
+// It is safe for concurrent use.
 type Recorder struct {
 	tracer   trace.Tracer
 	keyNames bool
@@ -191,6 +200,8 @@ var (
 	_ herd.Recorder      = (*Recorder)(nil)
 	_ herd.Tracer        = (*Recorder)(nil)
 	_ herd.CacheRecorder = (*Recorder)(nil)
+
+	_ herd.ContextEventRecorder = (*Recorder)(nil)
 )
 
 // Load outcomes, the values of herd.outcome on herd.load.duration.
@@ -273,6 +284,32 @@ func (r *Recorder) RecordLease(e herd.LeaseEvent, wait time.Duration) {
 
 // RecordShed does nothing: RegisterMetrics reports the counts.
 func (r *Recorder) RecordShed(string, bool) {}
+
+// RecordEvent does nothing: an event without a context has no span to go
+// on, and RegisterMetrics reports the counts.
+func (r *Recorder) RecordEvent(herd.Event) {}
+
+// RecordEventContext adds e to the span current in ctx, if it is recording,
+// as the event "herd." and e's kind with '_' for '-' ("herd.encode_failed"),
+// with the attributes herd.cache, herd.key (for an event of a key) and
+// exception.message (for an event with an error).
+func (r *Recorder) RecordEventContext(ctx context.Context, e herd.Event) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{r.cache}
+	if key := e.Key; key != "" {
+		if !r.keyNames {
+			key = herd.RedactKey(key)
+		}
+		attrs = append(attrs, KeyKey.String(key))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, attribute.String("exception.message", e.Err.Error()))
+	}
+	span.AddEvent("herd."+strings.ReplaceAll(e.Kind.String(), "-", "_"), trace.WithAttributes(attrs...))
+}
 
 // StartSpan starts an internal span named op, a child of ctx's span, with
 // the attributes herd.cache and herd.key; the returned function records a

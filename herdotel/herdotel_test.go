@@ -3,6 +3,7 @@ package herdotel_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -244,7 +245,8 @@ func TestEveryField(t *testing.T) {
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
-		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
+		WriteBackErrors: 48,
+		InFlight:        24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
@@ -296,6 +298,8 @@ func TestEveryField(t *testing.T) {
 		{"herd.remote.errors", cache, 21},
 		{"herd.decode.errors", cache, 22},
 		{"herd.encode.errors", cache, 23},
+		{"herd.write_back.failures", attribute.String("herd.reason", "encode"), 23},
+		{"herd.write_back.failures", attribute.String("herd.reason", "write"), 48},
 		{"herd.in_flight", cache, 24},
 		{"herd.loads_running", cache, 25},
 		{"herd.key.concurrency", cache, 26},
@@ -330,8 +334,8 @@ func TestEveryField(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.kv.Value.String(), got, c.want)
 		}
 	}
-	if n := len(ms); n != 37 {
-		t.Errorf("%d instruments observed, want 37", n)
+	if n := len(ms); n != 38 {
+		t.Errorf("%d instruments observed, want 38", n)
 	}
 }
 
@@ -531,6 +535,83 @@ func TestRefreshSpanAndKeyNames(t *testing.T) {
 			ok, attribute.Bool("herd.background", true))
 		if p.Count != 1 {
 			t.Errorf("herd.load.duration{refresh} count %d, want 1", p.Count)
+		}
+	})
+}
+
+// TestFailures runs a real cache whose JSON codec cannot encode +Inf, and
+// whose remote tier then refuses a write-back: each encode failure is an
+// event on the caller's span, with the cache and the redacted key, and
+// herd.write_back.failures counts both failures by herd.reason, with no
+// attribute from keys.
+func TestFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSetup()
+		remote := memory.New()
+		c, err := herd.New(&herd.Options[float64]{
+			Name: "gauges", MaxEntries: 10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
+			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
+			Recorder: s.recorder(t, herdotel.Options{}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		if _, err := herdotel.RegisterMetrics(s.mp, c); err != nil {
+			t.Fatal(err)
+		}
+		key := herd.Key("gauge", "tenant-7", "pressure")
+		inf := func(context.Context) (float64, error) { return math.Inf(1), nil }
+		ctx, req := s.tp.Tracer("test").Start(t.Context(), "request")
+		for range 2 {
+			if v, err := c.Get(ctx, key, inf); !math.IsInf(v, 1) || err != nil {
+				t.Fatalf("Get = %v, %v; want +Inf served", v, err)
+			}
+		}
+		req.End()
+		if v, err := c.Get(t.Context(), key, inf); !math.IsInf(v, 1) || err != nil { // no span: nothing to add the event to
+			t.Fatalf("Get = %v, %v; want +Inf served", v, err)
+		}
+		events := spanNamed(t, s.spans.Ended(), "request").Events()
+		if len(events) != 2 {
+			t.Fatalf("request span events %+v, want 2 encode failures", events)
+		}
+		for i, ev := range events {
+			got := attribute.NewSet(ev.Attributes...)
+			msg, _ := got.Value("exception.message")
+			k, _ := got.Value(herdotel.KeyKey)
+			cache, _ := got.Value(herdotel.CacheKey)
+			if ev.Name != "herd.encode_failed" || got.Len() != 3 || k.AsString() != herd.RedactKey(key) ||
+				cache.AsString() != "gauges" || !strings.Contains(msg.AsString(), "unsupported value") {
+				t.Errorf("event %d: %s %v; want herd.encode_failed with herd.cache=gauges, herd.key=%s and the codec's error",
+					i, ev.Name, got.Encoded(attribute.DefaultEncoder()), herd.RedactKey(key))
+			}
+		}
+
+		started, gate := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Get(t.Context(), herd.Key("gauge", "tenant-7", "flow"), func(context.Context) (float64, error) {
+				close(started)
+				<-gate
+				return 1.5, nil
+			})
+			done <- err
+		}()
+		<-started
+		remote.SetDown(errors.New("OOM command not allowed when used memory > 'maxmemory'"))
+		close(gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the write-back has ended
+		ms := s.collect(t)
+		gauges := herdotel.CacheKey.String("gauges")
+		if got := value(t, ms, "herd.write_back.failures", gauges, attribute.String("herd.reason", "encode")); got != 3 {
+			t.Errorf("herd.write_back.failures{encode} = %v, want 3", got)
+		}
+		if got := value(t, ms, "herd.write_back.failures", gauges, attribute.String("herd.reason", "write")); got != 1 {
+			t.Errorf("herd.write_back.failures{write} = %v, want 1", got)
 		}
 	})
 }

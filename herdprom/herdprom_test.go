@@ -2,7 +2,9 @@ package herdprom
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/memory"
 )
 
 // newCache returns a cache that is closed when the test (or bubble) ends.
@@ -220,6 +223,59 @@ func TestStampede(t *testing.T) {
 	})
 }
 
+// TestWriteBackFailures checks herd_write_back_failures_total of a real
+// cache: a value the JSON codec cannot encode, loaded twice, and a value
+// whose write-back the remote tier refused. Its labels are the cache and
+// the reason only: keys, their namespaces included, label no series but
+// the hot keys'.
+func TestWriteBackFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		remote := memory.New()
+		c, err := herd.New(&herd.Options[float64]{
+			Name: "gauges", MaxEntries: 10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
+			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		col, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inf := func(context.Context) (float64, error) { return math.Inf(1), nil }
+		for range 2 {
+			if v, err := c.Get(t.Context(), herd.Key("gauge", "pressure"), inf); !math.IsInf(v, 1) || err != nil {
+				t.Fatalf("Get = %v, %v; want +Inf served", v, err)
+			}
+		}
+		started, gate := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Get(t.Context(), herd.Key("gauge", "flow"), func(context.Context) (float64, error) {
+				close(started)
+				<-gate
+				return 1.5, nil
+			})
+			done <- err
+		}()
+		<-started
+		remote.SetDown(errors.New("OOM command not allowed when used memory > 'maxmemory'"))
+		close(gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the write-back has ended
+		compare(t, col, `
+			# TYPE herd_write_back_failures_total counter
+			herd_write_back_failures_total{cache="gauges",reason="encode"} 2
+			herd_write_back_failures_total{cache="gauges",reason="write"} 1
+			# TYPE herd_encode_errors_total counter
+			herd_encode_errors_total{cache="gauges"} 2
+			`, "herd_write_back_failures_total", "herd_encode_errors_total")
+	})
+}
+
 // TestLimiter checks the limiter metrics of a real cache whose second load
 // was shed after waiting out the queue timeout.
 func TestLimiter(t *testing.T) {
@@ -342,7 +398,8 @@ func fullStats() *fakeSource {
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
-		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
+		WriteBackErrors: 48,
+		InFlight:        24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
@@ -411,6 +468,9 @@ func TestEveryField(t *testing.T) {
 		herd_decode_errors_total{cache="c"} 22
 		# TYPE herd_encode_errors_total counter
 		herd_encode_errors_total{cache="c"} 23
+		# TYPE herd_write_back_failures_total counter
+		herd_write_back_failures_total{cache="c",reason="encode"} 23
+		herd_write_back_failures_total{cache="c",reason="write"} 48
 		# TYPE herd_in_flight gauge
 		herd_in_flight{cache="c"} 24
 		# TYPE herd_loads_running gauge
@@ -484,8 +544,8 @@ func TestEveryField(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(withHelp(t, want))); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 63 {
-		t.Errorf("GatherAndCount = %d, %v; want 63 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 65 {
+		t.Errorf("GatherAndCount = %d, %v; want 65 series", n, err)
 	}
 }
 
@@ -502,8 +562,8 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(col); n != 63 {
-		t.Errorf("%d series linted, want 63", n)
+	if n := testutil.CollectAndCount(col); n != 65 {
+		t.Errorf("%d series linted, want 65", n)
 	}
 }
 

@@ -37,13 +37,19 @@ type Options struct {
 	Trace bool
 }
 
-// Recorder is a herd.Recorder, herd.EventRecorder and herd.CacheRecorder, to
-// be set as herd.Options.Recorder. It logs what an operator must hear of:
+// Recorder is a herd.Recorder, herd.ContextEventRecorder and
+// herd.CacheRecorder, to be set as herd.Options.Recorder. It logs what an
+// operator must hear of:
 //
 //   - herd.EventLeaseLost at Warn: a lease expired before its holder
 //     released it, so the holder's write will be fenced.
 //   - herd.EventRefreshFailed at Warn, with the error.
 //   - herd.EventBreakerOpened at Warn and herd.EventBreakerClosed at Info.
+//   - herd.EventWriteBackFailed at Warn, with the Store's error: a loaded
+//     value did not reach the remote tier (Redis out of memory, a value
+//     above its size limit, a timeout), so other replicas load it again.
+//   - herd.EventEncodeFailed at Warn, with the codec's error: a loaded
+//     value was served but cached in neither tier.
 //   - each load the limiter refused (RecordShed) at Warn, kind "shed", with
 //     the limiter's reason and whether it was a background refresh: the
 //     backing store is at its cap.
@@ -64,7 +70,9 @@ type Options struct {
 // Every line has a message, kind, cache (the cache's Name, which herd.New
 // hands the Recorder; each cache so gets its own buckets) and, for key
 // events, key: the key's namespace and a short hash ([herd.RedactKey])
-// unless Options.KeyNames is set. It is safe for concurrent use.
+// unless Options.KeyNames is set. An event that comes with a context
+// (RecordEventContext) is logged with it, so that a handler can take the
+// trace from it. It is safe for concurrent use.
 type Recorder struct {
 	log      *slog.Logger
 	keyNames bool
@@ -86,9 +94,10 @@ type bucket struct {
 }
 
 var (
-	_ herd.Recorder      = (*Recorder)(nil)
-	_ herd.EventRecorder = (*Recorder)(nil)
-	_ herd.CacheRecorder = (*Recorder)(nil)
+	_ herd.Recorder             = (*Recorder)(nil)
+	_ herd.EventRecorder        = (*Recorder)(nil)
+	_ herd.ContextEventRecorder = (*Recorder)(nil)
+	_ herd.CacheRecorder        = (*Recorder)(nil)
 )
 
 // New returns a Recorder that logs to l; a nil l means slog.Default().
@@ -135,7 +144,7 @@ func (r *Recorder) ForCache(name string) herd.Recorder {
 // RecordGet logs how a Get was answered, at Debug, with Options.Trace.
 func (r *Recorder) RecordGet(res herd.GetResult) {
 	if r.trace {
-		r.line("get", slog.LevelDebug, "herd: get", slog.String("result", res.String()))
+		r.line(context.Background(), "get", slog.LevelDebug, "herd: get", slog.String("result", res.String()))
 	}
 }
 
@@ -157,7 +166,7 @@ func (r *Recorder) RecordLoad(d time.Duration, err error, background bool) {
 	if outcome == "error" {
 		attrs = append(attrs, slog.Any("err", err))
 	}
-	r.line("load", slog.LevelDebug, "herd: load", attrs...)
+	r.line(context.Background(), "load", slog.LevelDebug, "herd: load", attrs...)
 }
 
 // RecordLease logs a lease event, at Debug, with Options.Trace, and the
@@ -170,7 +179,7 @@ func (r *Recorder) RecordLease(e herd.LeaseEvent, wait time.Duration) {
 	if wait > 0 {
 		attrs = append(attrs, slog.Duration("wait", wait))
 	}
-	r.line("lease", slog.LevelDebug, "herd: lease", attrs...)
+	r.line(context.Background(), "lease", slog.LevelDebug, "herd: lease", attrs...)
 }
 
 // RecordShed logs the limiter's refusal of a load, at Warn.
@@ -179,11 +188,14 @@ func (r *Recorder) RecordShed(reason string, background bool) {
 	if background {
 		msg = "herd: limiter shed a background refresh; the old value is served"
 	}
-	r.line("shed", slog.LevelWarn, msg, slog.String("reason", reason), slog.Bool("background", background))
+	r.line(context.Background(), "shed", slog.LevelWarn, msg, slog.String("reason", reason), slog.Bool("background", background))
 }
 
 // RecordEvent logs e unless its kind has used up its lines.
-func (r *Recorder) RecordEvent(e herd.Event) {
+func (r *Recorder) RecordEvent(e herd.Event) { r.RecordEventContext(context.Background(), e) }
+
+// RecordEventContext logs e with ctx unless its kind has used up its lines.
+func (r *Recorder) RecordEventContext(ctx context.Context, e herd.Event) {
 	level, msg := slog.LevelWarn, ""
 	switch e.Kind {
 	case herd.EventLeaseLost:
@@ -194,6 +206,10 @@ func (r *Recorder) RecordEvent(e herd.Event) {
 		msg = "herd: breaker opened; serving from the local tier"
 	case herd.EventBreakerClosed:
 		level, msg = slog.LevelInfo, "herd: breaker closed; remote tier answers again"
+	case herd.EventWriteBackFailed:
+		msg = "herd: write-back to the remote tier failed; the value is served from this replica only, others load it again"
+	case herd.EventEncodeFailed:
+		msg = "herd: codec could not encode a loaded value; it was served but not cached"
 	default:
 		level, msg = slog.LevelInfo, "herd: event"
 	}
@@ -208,12 +224,12 @@ func (r *Recorder) RecordEvent(e herd.Event) {
 	if e.Err != nil {
 		attrs = append(attrs, slog.Any("err", e.Err))
 	}
-	r.line(e.Kind.String(), level, msg, attrs...)
+	r.line(ctx, e.Kind.String(), level, msg, attrs...)
 }
 
-// line logs msg with kind and attrs unless the kind has used up its lines.
-func (r *Recorder) line(kind string, level slog.Level, msg string, attrs ...slog.Attr) {
-	ctx := context.Background()
+// line logs msg with ctx, kind and attrs unless the kind has used up its
+// lines.
+func (r *Recorder) line(ctx context.Context, kind string, level slog.Level, msg string, attrs ...slog.Attr) {
 	if !r.log.Enabled(ctx, level) {
 		return
 	}

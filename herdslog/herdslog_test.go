@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -45,15 +46,18 @@ type line struct {
 	level slog.Level
 	msg   string
 	attrs map[string]string
+	req   any // the reqKey value of the context it was logged with
 }
+
+type reqKey struct{}
 
 func (l line) String() string { return fmt.Sprintf("%v %q %v", l.level, l.msg, l.attrs) }
 
 func (c *capture) Enabled(_ context.Context, l slog.Level) bool { return l >= c.level }
 func (c *capture) WithAttrs(as []slog.Attr) slog.Handler        { return withAttrs{c, as} }
 func (c *capture) WithGroup(string) slog.Handler                { return c }
-func (c *capture) Handle(_ context.Context, r slog.Record) error {
-	l := line{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+func (c *capture) Handle(ctx context.Context, r slog.Record) error {
+	l := line{level: r.Level, msg: r.Message, attrs: map[string]string{}, req: ctx.Value(reqKey{})}
 	r.Attrs(func(a slog.Attr) bool {
 		l.attrs[a.Key] = a.Value.String()
 		return true
@@ -83,7 +87,10 @@ func newRecorder(t *testing.T, o herdslog.Options) (*herdslog.Recorder, *capture
 	return r, h
 }
 
-var errOrigin = errors.New("origin down")
+var (
+	errOrigin = errors.New("origin down")
+	errOOM    = errors.New("OOM command not allowed when used memory > 'maxmemory'")
+)
 
 func TestEvents(t *testing.T) {
 	key := herd.Key("user", "tenant-7", "42")
@@ -101,6 +108,10 @@ func TestEvents(t *testing.T) {
 			map[string]string{"kind": "breaker-opened"}},
 		{herd.Event{Kind: herd.EventBreakerClosed}, slog.LevelInfo, "breaker closed",
 			map[string]string{"kind": "breaker-closed"}},
+		{herd.Event{Kind: herd.EventWriteBackFailed, Key: key, Err: errOOM}, slog.LevelWarn, "write-back to the remote tier failed",
+			map[string]string{"kind": "write-back-failed", "key": herd.RedactKey(key), "err": errOOM.Error()}},
+		{herd.Event{Kind: herd.EventEncodeFailed, Key: key, Err: errOrigin}, slog.LevelWarn, "could not encode",
+			map[string]string{"kind": "encode-failed", "key": herd.RedactKey(key), "err": "origin down"}},
 		{herd.Event{Kind: 200}, slog.LevelInfo, "event",
 			map[string]string{"kind": "unknown"}},
 	} {
@@ -409,4 +420,66 @@ func TestTraceWithCache(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A value the codec cannot encode is logged at Warn on each load, with the
+// Get's context, rate-limited in the kind's own bucket; a write-back the
+// remote tier refuses is logged at Warn with the Store's error.
+func TestFailuresWithCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec, h := newRecorder(t, herdslog.Options{Burst: 2, Interval: time.Hour})
+		remote := memory.New()
+		c, err := herd.New(&herd.Options[float64]{
+			MaxEntries: 10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
+			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
+			Recorder: rec, Name: "gauges",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		key := herd.Key("gauge", "tenant-7", "pressure")
+		ctx := context.WithValue(t.Context(), reqKey{}, "request-1")
+		inf := func(context.Context) (float64, error) { return math.Inf(1), nil }
+		for range 3 {
+			if v, err := c.Get(ctx, key, inf); !math.IsInf(v, 1) || err != nil {
+				t.Fatalf("Get = %v, %v; want +Inf served", v, err)
+			}
+		}
+		got := h.take()
+		if len(got) != 2 {
+			t.Fatalf("3 encode failures with Burst 2 logged %v; want 2 lines", got)
+		}
+		for i, l := range got {
+			if l.level != slog.LevelWarn || l.attrs["kind"] != "encode-failed" || l.attrs["key"] != herd.RedactKey(key) ||
+				l.attrs["cache"] != "gauges" || !strings.Contains(l.attrs["err"], "unsupported value") || l.req != "request-1" {
+				t.Errorf("line %d: %v (context %v); want an encode-failed warning for %s in gauges with the codec's error and the Get's context",
+					i, l, l.req, herd.RedactKey(key))
+			}
+		}
+
+		other := herd.Key("gauge", "tenant-7", "flow")
+		started, gate := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Get(ctx, other, func(context.Context) (float64, error) {
+				close(started)
+				<-gate
+				return 1.5, nil
+			})
+			done <- err
+		}()
+		<-started
+		remote.SetDown(errOOM)
+		close(gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the write-back has ended
+		got = h.take()
+		if len(got) != 1 || got[0].level != slog.LevelWarn || got[0].attrs["kind"] != "write-back-failed" ||
+			got[0].attrs["key"] != herd.RedactKey(other) || !strings.Contains(got[0].attrs["err"], errOOM.Error()) {
+			t.Errorf("logged %v; want one write-back-failed warning for %s with the Store's error", got, herd.RedactKey(other))
+		}
+	})
 }

@@ -238,6 +238,11 @@ var Metrics = []Metric{
 		Help: "Remote values that could not be decoded, served as misses."},
 	{Name: "encode.errors", Kind: Counter, Unit: "{error}", Series: one("EncodeErrors"),
 		Help: "Values the codec could not encode, served but not cached."},
+	{Name: "write_back.failures", Kind: Counter, Unit: "{value}", Label: "reason",
+		Help: "Loaded values that did not reach the remote tier, by reason: encode (the codec could not encode the value; it was served " +
+			"but cached in neither tier; the same count as encode.errors) or write (the write to the remote tier failed: Redis out of memory, " +
+			"a value above its size limit, a timeout; the value stays in the local tier). A write the fence refused is the lease event fenced_write.",
+		Series: by("encode", "EncodeErrors", "write", "WriteBackErrors")},
 	{Name: "degraded", Kind: Gauge, Unit: "1", Series: one("Degraded"),
 		Help: "1 while the breaker is open and remote calls are skipped, else 0."},
 	{Name: "degraded_time", Kind: Counter, Unit: "s", Series: one("DegradedTime"),
