@@ -193,7 +193,7 @@ type Recorder struct {
 	// loadAttrs[background][outcome] and waitAttrs[timedOut] are built
 	// once, so that recording allocates no attribute sets.
 	loadAttrs [2][3]metric.RecordOption
-	waitAttrs [2]metric.RecordOption
+	waitAttrs [3]metric.RecordOption
 }
 
 var (
@@ -251,8 +251,8 @@ func (r *Recorder) named(name string) *Recorder {
 				outcome.String(o), attribute.Bool(metricdef.OTelAttr("background"), bg == 1)))
 		}
 	}
-	for timedOut, o := range []string{"woken", "timeout"} {
-		n.waitAttrs[timedOut] = metric.WithAttributeSet(attribute.NewSet(n.cache, outcome.String(o)))
+	for i, o := range []string{"woken", "timeout", "abandoned"} {
+		n.waitAttrs[i] = metric.WithAttributeSet(attribute.NewSet(n.cache, outcome.String(o)))
 	}
 	return &n
 }
@@ -279,6 +279,8 @@ func (r *Recorder) RecordLease(e herd.LeaseEvent, wait time.Duration) {
 		r.waitDur.Record(context.Background(), wait.Seconds(), r.waitAttrs[0])
 	case herd.LeaseWaitTimeout:
 		r.waitDur.Record(context.Background(), wait.Seconds(), r.waitAttrs[1])
+	case herd.LeaseWaitAbandoned:
+		r.waitDur.Record(context.Background(), wait.Seconds(), r.waitAttrs[2])
 	}
 }
 

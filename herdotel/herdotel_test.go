@@ -245,8 +245,8 @@ func TestEveryField(t *testing.T) {
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
-		WriteBackErrors: 48,
-		InFlight:        24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
+		WriteBackErrors: 48, LeaseWaitsAbandoned: 49,
+		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
@@ -290,6 +290,7 @@ func TestEveryField(t *testing.T) {
 		{"herd.lease.events", attribute.String("herd.event", "acquired"), 11},
 		{"herd.lease.events", attribute.String("herd.event", "contended"), 12},
 		{"herd.lease.events", attribute.String("herd.event", "wait_timeout"), 13},
+		{"herd.lease.events", attribute.String("herd.event", "wait_abandoned"), 49},
 		{"herd.lease.events", attribute.String("herd.event", "extended"), 14},
 		{"herd.lease.events", attribute.String("herd.event", "lost"), 15},
 		{"herd.lease.events", attribute.String("herd.event", "fenced_write"), 18},
@@ -660,4 +661,24 @@ func BenchmarkRecordLoad(b *testing.B) {
 				herdotel.CacheKey.String(herdotel.DefaultName), ok, attribute.Bool("herd.background", false)))
 		}
 	})
+}
+
+// TestLeaseWaitOutcomes: each way a loser's wait ends has its own series
+// of herd.lease.wait, the waits whose caller left first included.
+func TestLeaseWaitOutcomes(t *testing.T) {
+	s := newSetup()
+	r, err := herdotel.NewRecorder(s.tp, s.mp, herdotel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.RecordLease(herd.LeaseWoken, time.Second)
+	r.RecordLease(herd.LeaseWaitTimeout, 2*time.Second)
+	r.RecordLease(herd.LeaseWaitAbandoned, 3*time.Second)
+	ms := s.collect(t)
+	for o, want := range map[string]float64{"woken": 1, "timeout": 2, "abandoned": 3} {
+		p := histogram(t, ms, "herd.lease.wait", herdotel.CacheKey.String(herdotel.DefaultName), attribute.String("herd.outcome", o))
+		if p.Count != 1 || p.Sum != want {
+			t.Errorf("herd.lease.wait{%s}: count %d, sum %v; want 1, %v", o, p.Count, p.Sum, want)
+		}
+	}
 }

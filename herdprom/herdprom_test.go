@@ -398,8 +398,8 @@ func fullStats() *fakeSource {
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
-		WriteBackErrors: 48,
-		InFlight:        24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
+		WriteBackErrors: 48, LeaseWaitsAbandoned: 49,
+		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
@@ -458,6 +458,7 @@ func TestEveryField(t *testing.T) {
 		herd_lease_events_total{cache="c",event="extended"} 14
 		herd_lease_events_total{cache="c",event="fenced_write"} 18
 		herd_lease_events_total{cache="c",event="lost"} 15
+		herd_lease_events_total{cache="c",event="wait_abandoned"} 49
 		herd_lease_events_total{cache="c",event="wait_timeout"} 13
 		# TYPE herd_lease_wakeups_total counter
 		herd_lease_wakeups_total{cache="c",woken_by="poll"} 17
@@ -544,8 +545,8 @@ func TestEveryField(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(withHelp(t, want))); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 65 {
-		t.Errorf("GatherAndCount = %d, %v; want 65 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 66 {
+		t.Errorf("GatherAndCount = %d, %v; want 66 series", n, err)
 	}
 }
 
@@ -562,8 +563,8 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(col); n != 65 {
-		t.Errorf("%d series linted, want 65", n)
+	if n := testutil.CollectAndCount(col); n != 66 {
+		t.Errorf("%d series linted, want 66", n)
 	}
 }
 

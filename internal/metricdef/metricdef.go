@@ -196,10 +196,11 @@ var Metrics = []Metric{
 		Help: "Flights (coalesced loads, with their waiting callers) running now."},
 	{Name: "lease.events", Kind: Counter, Unit: "{event}", Label: "event",
 		Help: "Cross-replica lease events: acquired (this replica loads), contended (another replica held it), " +
-			"wait_timeout (a waiting loser gave up), extended (watchdog extension), lost (expired or moved before release), " +
+			"wait_timeout (a waiting loser gave up at LeaseWait), wait_abandoned (a waiting loser's caller left first), " +
+			"extended (watchdog extension), lost (expired or moved before release), " +
 			"fenced_write (a write refused because a newer write or invalidation won).",
 		Series: by("acquired", "LeaseAcquired", "contended", "LeaseContended", "wait_timeout", "LeaseWaitTimeouts",
-			"extended", "LeaseExtended", "lost", "LeaseLost", "fenced_write", "FencedWrites")},
+			"wait_abandoned", "LeaseWaitsAbandoned", "extended", "LeaseExtended", "lost", "LeaseLost", "fenced_write", "FencedWrites")},
 	{Name: "lease.wakeups", Kind: Counter, Unit: "{wakeup}", Label: "woken_by",
 		Help:   "Waiting lease losers that got the holder's value, by what woke them: push (a completion notice) or poll (a fallback re-read).",
 		Series: by("push", "WokenByPush", "poll", "WokenByPoll")},
