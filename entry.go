@@ -379,15 +379,7 @@ type heldBy struct {
 // over reports whether the holder's lease is over at now: its time has
 // passed or its completion was announced.
 func (h heldBy) over(now int64) bool {
-	if h.until <= now {
-		return true
-	}
-	select {
-	case <-h.done.done: // a nil channel never is
-		return true
-	default:
-		return false
-	}
+	return h.until <= now || h.done.came()
 }
 
 // markHeld records that another load holds key's lease until until (Unix

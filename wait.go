@@ -102,7 +102,7 @@ func (c *Cache[V]) waitHolder(ctx context.Context, key string, a attempt[V]) (at
 				w = completion{done: never} // a hiccup: ask again after the backoff
 			}
 		case a.outcome == leaseFound:
-			if pushed {
+			if pushed || w.came() { // the completion came while the Store was read
 				c.st.wokenByPush.add(1)
 			} else {
 				c.st.wokenByPoll.add(1)
@@ -145,9 +145,19 @@ func (c *Cache[V]) waitFor(ctx context.Context, key string, w completion, d time
 	case <-w.done:
 		return true, nil
 	case <-t.C:
-		return false, nil
+		return w.came(), nil // both may be ready when this goroutine runs late
 	case <-ctx.Done():
 		return false, fmt.Errorf("herd: %w", ctx.Err())
+	}
+}
+
+// came reports whether the completion w watches has been announced.
+func (w completion) came() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
 	}
 }
 
