@@ -116,35 +116,11 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	c.brk.threshold = int32(cfg.BreakerThreshold)
 	c.brk.cooldown = cfg.BreakerCooldown
 	c.brk.onChange = c.breakerChanged
-	if cfg.HotKeys > 0 && !cfg.DisableStats {
-		c.top = topk.New(cfg.HotKeys)
-	}
-	if cfg.RefreshAheadHot > 0 {
-		c.hot = topk.New(cfg.RefreshAheadHot)
-	}
-	if cfg.ShareHotKeys > 0 {
-		c.shared = topk.New(cfg.ShareHotKeys)
-	}
-	c.tracer, c.events = nopTracer{}, nopEvents{}
-	if t, ok := c.recorder.(Tracer); ok {
-		c.tracer = t
-	}
-	if ev, ok := c.recorder.(EventRecorder); ok {
-		c.events = ev
-	}
+	c.observe()
 	c.gens.seed = maphash.MakeSeed()
 	c.tags.limit = max(2*cfg.MaxEntries, 1024)
-	// The local tier evicts by size only: entries carry their own soft and
-	// hard expiry, checked on each read with the cache's clock, so otter needs
-	// no clock of its own on the hit path.
-	lo := &otter.Options[string, *entry[V]]{MaximumSize: cfg.MaxEntries, Clock: noClock{}}
-	if w := cfg.Weigher; cfg.MaxWeight > 0 {
-		lo.MaximumWeight = cfg.MaxWeight
-		lo.Weigher = func(key string, e *entry[V]) uint32 { return w(key, e.value) }
-	}
-	c.local, err = otter.New(lo)
-	if err != nil {
-		return nil, fmt.Errorf("herd: local tier: %w", err)
+	if c.local, err = newLocal(cfg); err != nil {
+		return nil, err
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	if n, ok := cfg.Store.(Notifier); ok {
@@ -161,6 +137,44 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	}
 	c.pins.mu.Unlock()
 	return c, nil
+}
+
+// observe sets up what the cache counts and whom it tells: the hot-key
+// trackers, and the Recorder's optional Tracer and EventRecorder.
+func (c *Cache[V]) observe() {
+	cfg := &c.cfg
+	if cfg.HotKeys > 0 && !cfg.DisableStats {
+		c.top = topk.New(cfg.HotKeys)
+	}
+	if cfg.RefreshAheadHot > 0 {
+		c.hot = topk.New(cfg.RefreshAheadHot)
+	}
+	if cfg.ShareHotKeys > 0 {
+		c.shared = topk.New(cfg.ShareHotKeys)
+	}
+	c.tracer, c.events = nopTracer{}, nopEvents{}
+	if t, ok := c.recorder.(Tracer); ok {
+		c.tracer = t
+	}
+	if ev, ok := c.recorder.(EventRecorder); ok {
+		c.events = ev
+	}
+}
+
+// newLocal makes the local tier. It evicts by size (or weight) only:
+// entries carry their own soft and hard expiry, checked on each read with
+// the cache's clock, so otter needs no clock of its own on the hit path.
+func newLocal[V any](cfg config[V]) (*otter.Cache[string, *entry[V]], error) {
+	lo := &otter.Options[string, *entry[V]]{MaximumSize: cfg.MaxEntries, Clock: noClock{}}
+	if w := cfg.Weigher; cfg.MaxWeight > 0 {
+		lo.MaximumWeight = cfg.MaxWeight
+		lo.Weigher = func(key string, e *entry[V]) uint32 { return w(key, e.value) }
+	}
+	local, err := otter.New(lo)
+	if err != nil {
+		return nil, fmt.Errorf("herd: local tier: %w", err)
+	}
+	return local, nil
 }
 
 // breakerChanged reports the breaker opening or closing; once it closes,
