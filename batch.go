@@ -154,7 +154,7 @@ func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoa
 			ran[k] = true
 		}
 		mu.Unlock()
-		c.fillMany(fctx, led, load, co, nil, settle, count)
+		c.fillMany(fctx, c.newFills(led, co, nil), load, false, settle, count)
 	})
 	if count {
 		mu.Lock()
@@ -188,76 +188,6 @@ func (c *Cache[V]) flyMany(ctx context.Context, keys []string, fill func(context
 	return c.flights.DoMany(ctx, keys, fill)
 }
 
-// refreshMany starts one background refresh of the values reads served,
-// with one batch load, for those that are due; without a batch loader each
-// is refreshed on its own.
-func (c *Cache[V]) refreshMany(ctx context.Context, reads []staleRead[V], load BatchLoadFunc[V]) {
-	if load == nil {
-		for _, r := range reads {
-			c.refresh(ctx, r.key, nil, r.e, r.started)
-		}
-		return
-	}
-	olds := make(map[string]*entry[V], len(reads))
-	var keys []string
-	for _, r := range reads {
-		if _, dup := olds[r.key]; dup || !c.refreshDue(r.key, r.e) || !c.claimRefresh(r.key, r.e) {
-			continue
-		}
-		olds[r.key] = r.e
-		keys = append(keys, r.key)
-		r.started.add(1)
-	}
-	if len(keys) == 0 {
-		return
-	}
-	unclaim := func() {
-		for key, e := range olds {
-			c.unclaimRefresh(key, e)
-		}
-	}
-	bctx := context.WithoutCancel(ctx)
-	if !c.onExecutor(nil, func() {
-		defer unclaim()
-		c.runRefreshMany(bctx, keys, olds, load)
-	}) {
-		unclaim()
-	}
-}
-
-// runRefreshMany is one background refresh of the values olds holds: one
-// limiter slot for the batch, then, in the keys' flights, the lease of
-// each key and one load of the keys this replica leased.
-func (c *Cache[V]) runRefreshMany(ctx context.Context, keys []string, olds map[string]*entry[V], load BatchLoadFunc[V]) {
-	// The value nearest to the middle of its stale window decides the
-	// slot's urgency; the others share its fate.
-	first := olds[keys[0]]
-	for _, e := range olds {
-		if e.midStale() < first.midStale() {
-			first = e
-		}
-	}
-	release, ok := c.refreshSlot(ctx, first)
-	if !ok {
-		for _, e := range olds {
-			e.shed.Store(first.shed.Load())
-			e.retryAt.Store(max(e.retryAt.Load(), min(first.retryAt.Load(), e.midStale())))
-		}
-		return
-	}
-	defer release()
-	res := c.flyMany(ctx, keys, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
-		c.fillMany(fctx, led, load, callOpts{}, olds, settle, false)
-	})
-	for j, key := range keys {
-		if err := res[j].Err; err != nil {
-			c.st.refreshFailures.add(1)
-			c.event(EventRefreshFailed, key, err)
-			c.backOff(olds[key], 0)
-		}
-	}
-}
-
 // batchFill is one batch's work inside its keys' flights: the stages of
 // fill, each made for every key of the batch at once.
 type batchFill[V any] struct {
@@ -288,66 +218,83 @@ type loser[V any] struct {
 	a attempt[V]
 }
 
-// fillMany fills the keys led, whose flights this batch started: a miss of
-// each (olds nil) or the refresh of olds' values. It settles every key it
-// can serve from the tiers, loads the keys this replica may load in one
-// call per MaxBatch, and only then applies the loser policy to the keys
-// another replica is loading (lose).
-func (c *Cache[V]) fillMany(ctx context.Context, led []string, load BatchLoadFunc[V], co callOpts, olds map[string]*entry[V], settle func(string, *entry[V], error), count bool) {
-	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: olds != nil, leases: newLeaseSet(), hits: map[string]GetResult{}}
+// fillMany fills fs, the fills of the keys whose flights this batch
+// started: misses (foreground) or the refresh of their old values
+// (background, with refresh set). It settles every key it can serve from
+// the tiers, loads the keys this replica may load in one call per
+// MaxBatch, and only then applies the loser policy to the keys another
+// replica is loading (lose). With count, each key is counted as a hit or
+// a miss before its callers see it.
+func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchLoadFunc[V], refresh bool, settle func(string, *entry[V], error), count bool) {
+	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), hits: map[string]GetResult{}}
 	defer c.closeSet(ctx, b.leases)
 	if count {
-		// Each key is counted before its callers see it: as a hit when the
-		// Store served it fresh, as a miss otherwise, or as a miss when the
-		// batch failed before settling it.
-		counted := make(map[string]bool, len(led))
-		var mu sync.Mutex
-		countOnce := func(key string) {
-			mu.Lock()
-			defer mu.Unlock()
-			if counted[key] {
-				return
-			}
-			counted[key] = true
-			if r, ok := b.hits[key]; ok {
-				c.got(key, r)
-				if r == ResultHit {
-					c.st.remoteHits.add(1)
-				}
-			} else {
-				c.got(key, ResultMiss)
-			}
-		}
-		b.settle = func(key string, e *entry[V], err error) {
-			countOnce(key)
-			settle(key, e, err)
-		}
-		defer func() {
-			for _, key := range led {
-				countOnce(key)
-			}
-		}()
+		defer b.count(fs)()
 	}
-	fs := make([]*fillState[V], 0, len(led))
-	for _, key := range led {
-		f := c.newFill(key, foreground, co)
-		if old := olds[key]; old != nil {
-			f.mode, f.old = background, old
-		}
+	rest := fs[:0:0]
+	for _, f := range fs {
 		if e := f.recheckLocal(); e != nil {
-			b.settle(key, e, nil)
+			b.settle(f.key, e, nil)
 			continue
 		}
-		fs = append(fs, f)
+		rest = append(rest, f)
 	}
-	if len(fs) == 0 {
+	if len(rest) == 0 {
 		return
 	}
-	loads, losers := b.remote(ctx, fs)
+	loads, losers := b.remote(ctx, rest)
 	b.loadAll(ctx, loads)
 	if len(losers) > 0 {
-		b.lose(ctx, losers)
+		b.lose(ctx, losers, len(loads) > 0)
 	}
+}
+
+// count makes b count each key of fs before its callers see it: as a hit
+// when the Store served it fresh, as a miss otherwise, or as a miss when
+// the batch failed before settling it, which the returned function, run
+// at the batch's end, counts.
+func (b *batchFill[V]) count(fs []*fillState[V]) (end func()) {
+	c, settle := b.c, b.settle
+	counted := make(map[string]bool, len(fs))
+	var mu sync.Mutex
+	countOnce := func(key string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if counted[key] {
+			return
+		}
+		counted[key] = true
+		if r, ok := b.hits[key]; ok {
+			c.got(key, r)
+			if r == ResultHit {
+				c.st.remoteHits.add(1)
+			}
+		} else {
+			c.got(key, ResultMiss)
+		}
+	}
+	b.settle = func(key string, e *entry[V], err error) {
+		countOnce(key)
+		settle(key, e, err)
+	}
+	return func() {
+		for _, f := range fs {
+			countOnce(f.key)
+		}
+	}
+}
+
+// newFills returns the fills of keys: misses with co, or, for each key
+// olds holds, the refresh of its old value.
+func (c *Cache[V]) newFills(keys []string, co callOpts, olds map[string]*entry[V]) []*fillState[V] {
+	fs := make([]*fillState[V], len(keys))
+	for i, key := range keys {
+		fs[i] = c.newFill(key, foreground, co)
+		if old := olds[key]; old != nil {
+			fs[i].mode, fs[i].old = background, old
+		}
+	}
+	return fs
 }
 
 // remote is the Store and lease stage of a batch: it settles the keys the
@@ -405,12 +352,19 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 // fromReads reads the keys of fs from the Store, settles those it serves
 // and returns the others.
 func (b *batchFill[V]) fromReads(ctx context.Context, fs []*fillState[V]) (rest []*fillState[V]) {
-	if len(fs) == 0 {
-		return nil
+	var ask []*fillState[V]
+	for _, f := range fs {
+		if !f.preCurrent() {
+			ask = append(ask, f)
+		}
 	}
-	reads := b.c.loadMany(ctx, fs)
-	for i, f := range fs {
-		if e := f.recheckStore(ctx, reads[i]); e != nil {
+	reads := b.c.loadMany(ctx, ask)
+	for _, f := range fs {
+		rr := f.pre
+		if !f.preCurrent() {
+			rr, reads = reads[0], reads[1:]
+		}
+		if e := f.recheckStore(ctx, rr); e != nil {
 			b.fromStore(f, e)
 			continue
 		}
@@ -424,13 +378,12 @@ func (b *batchFill[V]) fromReads(ctx context.Context, fs []*fillState[V]) (rest 
 // leases) and the losers (another's).
 func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (loads []pendingLoad[V], losers []loser[V]) {
 	c := b.c
-	watches := make([]completion, len(fs))
-	for i, f := range fs {
-		watches[i] = c.watch(f.key) // before the attempts, as tryLease does
+	if fs, loads = b.fromPre(ctx, fs); len(fs) == 0 {
+		return loads, nil
 	}
-	told := make([]completion, len(fs))
+	watches, told := make([]completion, len(fs)), make([]completion, len(fs))
 	for i, f := range fs {
-		told[i] = c.watch(f.key)
+		watches[i], told[i] = c.watch(f.key), c.watch(f.key) // before the attempts, as tryLease does
 	}
 	sent := c.clk.now()
 	for i, got := range c.acquireMany(ctx, fs) {
@@ -445,38 +398,63 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 			b.settle(f.key, nil, err)
 			continue
 		}
-		f.remoteUp = got.Err == nil
-		if got.Stale != nil && f.mode == foreground {
-			if e, ok := c.decode(f.key, got.Stale); ok && f.now < e.hard && c.usable(e) {
-				f.candidate = e
-			}
-		}
-		switch a.outcome {
-		case leaseHeld:
-			if f.mode == background {
-				a.giveUp()
-				c.backOff(f.old, 0) // and grantAttempt remembered the holder
-				b.settle(f.key, f.old, nil)
-			} else {
-				losers = append(losers, loser[V]{f: f, a: a})
-			}
-			continue
-		case leaseFailed:
-			if cand := f.servableCandidate(); cand != nil {
-				b.settle(f.key, cand, nil)
-				continue
-			}
-		}
-		held, e := f.settleAttempt(a)
-		if e != nil {
-			if f.mode == background {
-				c.setLocal(f.key, e, f.gen)
-			}
-			b.fromStore(f, e)
-			continue
-		}
-		loads = b.plan(loads, f, b.leases.add(held))
+		loads, losers = b.answered(f, a, got, loads, losers)
 	}
+	return loads, losers
+}
+
+// fromPre settles the keys of fs whose caller has just read the Store by
+// that read, when it can, as without a lease; it returns the keys to ask
+// the lease for, and adds to loads those to load without it (the read
+// opened the breaker).
+func (b *batchFill[V]) fromPre(ctx context.Context, fs []*fillState[V]) (ask []*fillState[V], loads []pendingLoad[V]) {
+	for _, f := range fs {
+		if !f.preCurrent() {
+			ask = append(ask, f)
+		} else if e := f.recheckStore(ctx, f.pre); e != nil {
+			b.fromStore(f, e)
+		} else if !f.remoteUp {
+			loads = b.plan(loads, f, nil)
+		} else {
+			ask = append(ask, f)
+		}
+	}
+	return ask, loads
+}
+
+// answered settles f by a, the lease's answer got, or adds it to the keys
+// to load (this replica's lease) or to the losers (another's).
+func (b *batchFill[V]) answered(f *fillState[V], a attempt[V], got Acquired, loads []pendingLoad[V], losers []loser[V]) ([]pendingLoad[V], []loser[V]) {
+	c := b.c
+	f.remoteUp = got.Err == nil
+	if got.Stale != nil && f.mode == foreground {
+		if e, ok := c.decode(f.key, got.Stale); ok && f.now < e.hard && c.usable(e) {
+			f.candidate = e
+		}
+	}
+	switch a.outcome {
+	case leaseHeld:
+		if f.mode == foreground {
+			return loads, append(losers, loser[V]{f: f, a: a})
+		}
+		a.giveUp()
+		c.backOff(f.old, 0) // and grantAttempt remembered the holder
+		b.settle(f.key, f.old, nil)
+		return loads, losers
+	case leaseFailed:
+		if cand := f.servableCandidate(); cand != nil {
+			b.settle(f.key, cand, nil)
+			return loads, losers
+		}
+	}
+	held, e := f.settleAttempt(a)
+	if e == nil {
+		return b.plan(loads, f, b.leases.add(held)), losers
+	}
+	if f.mode == background {
+		c.setLocal(f.key, e, f.gen)
+	}
+	b.fromStore(f, e)
 	return loads, losers
 }
 
@@ -513,19 +491,18 @@ func (b *batchFill[V]) plan(loads []pendingLoad[V], f *fillState[V], held *heldL
 // waits have ended by then: a key leased here is never held while this
 // batch waits for others. Were it held, two replicas that each took a
 // lease the other waits on would stall each other until LeaseWait.
-func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
-	// The holders may have finished while this batch loaded its own keys,
-	// before a wait could hear of it: read what the Store holds first.
-	fs := make([]*fillState[V], len(losers))
-	for i, l := range losers {
-		fs[i] = l.f
+func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V], loaded bool) {
+	if loaded {
+		// The holders may have finished while this batch loaded its own
+		// keys, before a wait could hear of it: read what the Store holds.
+		if losers = b.reread(ctx, losers); len(losers) == 0 {
+			return
+		}
 	}
-	waiting := make(map[*fillState[V]]bool, len(fs))
-	for _, f := range b.fromReads(ctx, fs) {
-		waiting[f] = true
-	}
-	losers = slices.DeleteFunc(losers, func(l loser[V]) bool { return !waiting[l.f] })
-	if len(losers) == 0 {
+	if len(losers) == 1 {
+		l := losers[0]
+		a, err := l.f.lose(ctx, l.a)
+		b.loadAll(ctx, b.lost(nil, l.f, a, err))
 		return
 	}
 	ch := make(chan waited[V], len(losers))
@@ -540,15 +517,20 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 	}
 	left := len(losers)
 	defer func() { b.abandon(ctx, ch, left, stops) }()
-	// A holder may also finish between that read and the start of its
-	// loser's wait, which then hears nothing until its first re-read: one
-	// read of every key still waited for, soon after the waits begin, ends
-	// those waits at once.
-	recheck := time.NewTimer(loserRecheck)
-	defer recheck.Stop()
+	// Without a Watcher, a holder may also finish between that read and the
+	// start of its loser's wait, which then hears nothing until its first
+	// re-read: one read of every key still waited for, soon after the waits
+	// begin, ends those waits at once. A Watcher's losers listen from
+	// before their attempt.
+	var recheck <-chan time.Time
+	if _, ok := b.c.cfg.Lease.(Watcher); !ok {
+		t := time.NewTimer(loserRecheck)
+		defer t.Stop()
+		recheck = t.C
+	}
 	for left > 0 {
 		select {
-		case <-recheck.C:
+		case <-recheck:
 			b.recheckLosers(ctx, stops)
 			if len(stops) == 0 {
 				return
@@ -567,6 +549,27 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V]) {
 			b.loadAll(ctx, loads)
 		}
 	}
+}
+
+// reread reads the keys of losers from the Store, settles those it
+// serves, and returns the others; the settled give up their waits.
+func (b *batchFill[V]) reread(ctx context.Context, losers []loser[V]) []loser[V] {
+	fs := make([]*fillState[V], len(losers))
+	for i, l := range losers {
+		fs[i] = l.f
+		l.f.pre = remoteRead[V]{} // out of date: the batch loaded since
+	}
+	waiting := make(map[*fillState[V]]bool, len(fs))
+	for _, f := range b.fromReads(ctx, fs) {
+		waiting[f] = true
+	}
+	return slices.DeleteFunc(losers, func(l loser[V]) bool {
+		if !waiting[l.f] {
+			l.a.giveUp()
+			return true
+		}
+		return false
+	})
 }
 
 // waited is how one loser's wait ended.
@@ -680,15 +683,17 @@ func (b *batchFill[V]) loadAll(ctx context.Context, loads []pendingLoad[V]) {
 	}
 	for start := 0; start < len(loads); start += size {
 		chunk := loads[start:min(start+size, len(loads))]
-		b.loadChunk(ctx, chunk)
+		b.loadChunk(ctx, chunk, len(loads) > size)
 		c.flushSet(ctx, b.leases)
 	}
 }
 
 // loadChunk makes one call of the batch loader, under one limiter slot,
-// for chunk. A call that panics or calls runtime.Goexit fails the keys of
-// chunk only: the batch's other calls still run.
-func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V]) {
+// for chunk. When the batch makes several (guarded), a call that panics or
+// calls runtime.Goexit fails the keys of chunk only, and the batch's other
+// calls still run; a batch's only call panics into its flights, as a Get's
+// load does.
+func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V], guarded bool) {
 	c := b.c
 	if !b.refresh {
 		release, err := chunk[0].f.takeSlot(ctx)
@@ -709,10 +714,16 @@ func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V]) {
 		delta time.Duration
 		ds    *batchDirectives
 	)
-	err := guard(func() (err error) {
+	call := func() (err error) {
 		vals, delta, ds, err = c.runBatchLoad(ctx, keys, b.load, b.refresh)
 		return err
-	})
+	}
+	var err error
+	if guarded {
+		err = guard(call)
+	} else {
+		err = call()
+	}
 	if ds == nil {
 		ds = &batchDirectives{} // the load panicked or called runtime.Goexit
 	}
@@ -766,11 +777,9 @@ func (c *Cache[V]) runBatchLoad(ctx context.Context, keys []string, load BatchLo
 // oneOf is the load of key through a batch loader.
 func oneOf[V any](key string, load BatchLoadFunc[V]) LoadFunc[V] {
 	return func(ctx context.Context) (V, error) {
-		ds := &batchDirectives{}
-		vals, err := load(context.WithValue(ctx, batchDirectivesKey{}, ds), []string{key})
-		if d, ok := ctx.Value(directivesKey{}).(*directives); ok {
-			*d = ds.of(key)
-		}
+		// Every load runs as a batch's: SetTTLFor and the rest decide for
+		// key in the batch that runs this one.
+		vals, err := load(ctx, []string{key})
 		var zero V
 		if err != nil {
 			return zero, err
@@ -881,7 +890,9 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 // acquireMany asks for the leases of the keys of fs, each fresh after its
 // fill's start (a miss) or its old value's soft expiry (a refresh): one
 // call when the Lease is a [BatchLease], and otherwise one Acquire per key,
-// with a read of the Store for each key whose value was not returned.
+// with a read of the Store for each key whose value was not returned and
+// that wants its stale value (wantsStale). One key that does not asks with
+// Acquire alone.
 func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquired {
 	reqs := make([]LeaseRequest, len(fs))
 	for i, f := range fs {
@@ -893,13 +904,13 @@ func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquir
 	}
 	ttl := c.cfg.LeaseTTL
 	var got []Acquired
-	if bl, ok := c.cfg.Lease.(BatchLease); ok {
+	if bl, ok := c.cfg.Lease.(BatchLease); ok && (len(fs) > 1 || fs[0].wantsStale()) {
 		got = bl.AcquireMany(ctx, reqs, ttl)
 	} else {
 		got = make([]Acquired, len(reqs))
 		for i, r := range reqs {
 			got[i].Grant, got[i].Err = c.cfg.Lease.Acquire(ctx, r.Key, ttl, r.After)
-			if got[i].Err == nil && got[i].Value == nil {
+			if got[i].Err == nil && got[i].Value == nil && fs[i].wantsStale() {
 				got[i].Stale, _ = c.cfg.Store.Load(ctx, r.Key)
 			}
 		}

@@ -104,15 +104,13 @@ func (c *Cache[V]) remoteCtx(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LoadTimeout)
 }
 
-// directives is what a load decided about its own entry through SetTTL and
-// NoCache.
+// directives is what a load decided about one key's entry through SetTTL,
+// NoCache and Tags (and their For forms in a batch load).
 type directives struct {
 	soft, hard time.Duration
 	noCache    bool
 	tags       []string
 }
-
-type directivesKey struct{}
 
 // SetTTL sets, from inside a load, the soft and hard TTL of the entry that
 // load is making (before jitter); hard below soft means no stale window.
@@ -121,10 +119,6 @@ type directivesKey struct{}
 func SetTTL(ctx context.Context, soft, hard time.Duration) {
 	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok && soft > 0 {
 		ds.update("", true, func(d *directives) { d.soft, d.hard = soft, hard })
-		return
-	}
-	if d, ok := ctx.Value(directivesKey{}).(*directives); ok && soft > 0 {
-		d.soft, d.hard = soft, hard
 	}
 }
 
@@ -135,21 +129,7 @@ func SetTTL(ctx context.Context, soft, hard time.Duration) {
 func NoCache(ctx context.Context) {
 	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok {
 		ds.update("", true, func(d *directives) { d.noCache = true })
-		return
 	}
-	if d, ok := ctx.Value(directivesKey{}).(*directives); ok {
-		d.noCache = true
-	}
-}
-
-// runLoad calls load, cancelled if the cache closes, and measures it.
-func (c *Cache[V]) runLoad(ctx context.Context, key string, load LoadFunc[V], background bool) (v V, elapsed time.Duration, d directives, err error) {
-	dp := &directives{}
-	elapsed, err = c.timeLoad(context.WithValue(ctx, directivesKey{}, dp), []string{key}, background, func(lctx context.Context) (err error) {
-		v, err = load(lctx)
-		return err
-	})
-	return v, elapsed, *dp, err
 }
 
 // timeLoad runs call, the load of keys (one key, or a batch), cancelled if

@@ -181,34 +181,34 @@ func (c *Cache[V]) fly(ctx context.Context, key string, fn func(context.Context)
 	return e, err
 }
 
-// fill is a miss's work inside its flight. pre is the Store read its caller
-// made just before starting the flight, used instead of reading again; a
-// zero pre means read.
-func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co callOpts, pre remoteRead[V]) (*entry[V], error) {
+// fill is a miss's work inside its flight: the fill of a batch of one
+// key (fillMany), with pre, the Store read its caller made just before
+// starting the flight, used instead of reading again while it is current.
+func (c *Cache[V]) fill(ctx context.Context, key string, load LoadFunc[V], co callOpts, pre remoteRead[V]) (e *entry[V], err error) {
 	f := c.newFill(key, foreground, co)
-	if e := f.recheckLocal(); e != nil {
-		return e, nil
-	}
-	if e := f.recheckStore(ctx, pre); e != nil {
-		return e, nil
-	}
+	f.pre = pre
+	err = errUnsettled
+	c.fillMany(ctx, []*fillState[V]{f}, batchOf(key, load), false, func(_ string, v *entry[V], verr error) { e, err = v, verr }, false)
+	return e, err
+}
+
+// errUnsettled is the error of a fill that ended without settling its key,
+// which a fill does not do.
+var errUnsettled = errors.New("herd: fill ended without a result")
+
+// batchOf is load as the batch loader of key alone; nil for a nil load.
+// Inside it, SetTTL, NoCache and Tags decide for key.
+func batchOf[V any](key string, load LoadFunc[V]) BatchLoadFunc[V] {
 	if load == nil {
-		// Nothing to load with: take neither the lease (which would advance
-		// the fence) nor a limiter slot.
-		return nil, ErrNoLoader
+		return nil
 	}
-	set := newLeaseSet()
-	defer c.closeSet(ctx, set) // the lease's end, or its release
-	held, e, err := f.takeLease(ctx, set)
-	if e != nil || err != nil {
-		return e, err
+	return func(ctx context.Context, _ []string) (map[string]V, error) {
+		v, err := load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]V{key: v}, nil
 	}
-	release, err := f.takeSlot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return f.loadAndStore(ctx, load, held, set)
 }
 
 // fillState is what the stages of one fill share.
@@ -229,7 +229,20 @@ type fillState[V any] struct {
 	// it is decided once, so that a half-open breaker's probe goes on using
 	// the remote tier for the rest of its fill.
 	remoteUp bool
+	// pre is the Store read a Get made just before starting the fill's
+	// flight; zero when there was none.
+	pre remoteRead[V]
 }
+
+// preCurrent reports whether pre is a read of the Store made before the
+// fill that is still current: no load put a value in key's stripe since,
+// so what the Store holds is what it read.
+func (f *fillState[V]) preCurrent() bool { return f.pre.done && f.pre.puts == f.puts }
+
+// wantsStale reports whether the fill needs the stale value the Store
+// holds from its lease's answer: a miss that has not just read the Store.
+// A refresh has its old value.
+func (f *fillState[V]) wantsStale() bool { return f.mode == foreground && !f.preCurrent() }
 
 func (c *Cache[V]) newFill(key string, m mode, co callOpts) *fillState[V] {
 	f := &fillState[V]{c: c, key: key, mode: m, co: co, now: c.clk.now()}
@@ -279,17 +292,14 @@ func (f *fillState[V]) servableCandidate() *entry[V] {
 	return nil
 }
 
-// recheckStore returns a value from the Store that settles the fill, read
-// now or taken from pre when no load put a value in key's stripe since; it
-// decides whether the fill uses the remote tier. A failed read still tries
-// the lease, unless it opened the breaker: one slow read must not make this
-// replica load on its own.
-func (f *fillState[V]) recheckStore(ctx context.Context, pre remoteRead[V]) *entry[V] {
+// recheckStore returns a value from the Store that settles the fill,
+// from rr, a current read of key, or read now when rr is zero; it decides
+// whether the fill uses the remote tier. A failed read still tries the
+// lease, unless it opened the breaker: one slow read must not make this
+// replica load on its own. rr's gen predates the read, so an entry it
+// found is refused by the local tier after any change since.
+func (f *fillState[V]) recheckStore(ctx context.Context, rr remoteRead[V]) *entry[V] {
 	c := f.c
-	rr := pre // its gen predates it: an entry it found is refused locally after any change since
-	if rr.done && rr.puts != f.puts {
-		rr = remoteRead[V]{} // a load finished since: what the Store holds may have changed
-	}
 	if !rr.done && c.cfg.Store != nil && c.brk.allow() {
 		rr = c.loadRemote(ctx, f.key)
 	}
@@ -310,43 +320,6 @@ func (f *fillState[V]) recheckStore(ctx context.Context, pre remoteRead[V]) *ent
 		f.candidate = re
 	}
 	return nil
-}
-
-// takeLease settles a miss at the lease, when the fill uses the remote
-// tier: it returns the lease this replica took, held in set and watched
-// (nil when it loads without one), or a value to serve, or an error. A
-// replica that was told another load holds the lease does not try it
-// again before that load's completion or notice, or its time; it goes
-// straight to the loser policy.
-func (f *fillState[V]) takeLease(ctx context.Context, set *leaseSet) (*heldLease, *entry[V], error) {
-	c := f.c
-	if !f.remoteUp || c.cfg.Lease == nil {
-		return nil, nil, nil
-	}
-	a, told := c.heldElsewhere(f.key, f.now)
-	if !told {
-		// A value counts as fresh by both clocks, the Store's and this
-		// replica's, so that a replica whose clock runs ahead loads instead
-		// of being handed, again and again, a value it finds stale.
-		var err error
-		if a, err = c.tryLease(ctx, f.key, f.now); err != nil {
-			return nil, nil, err
-		}
-	}
-	if a.outcome == leaseHeld {
-		var err error
-		if a, err = f.lose(ctx, a); err != nil {
-			if errors.Is(err, ErrLeaseTimeout) && c.cfg.LoadOnLeaseTimeout {
-				f.remoteUp = false // load, and write nothing remotely
-				return nil, nil, nil
-			}
-			return nil, nil, err
-		}
-	}
-	held, e := f.settleAttempt(a)
-	set.add(held)
-	c.watchSet(ctx, set)
-	return held, e, nil
 }
 
 // settleAttempt is what a miss does with the last answer of the lease
@@ -402,18 +375,6 @@ func (f *fillState[V]) takeSlot(ctx context.Context) (release func(), err error)
 		return nil, err
 	}
 	return l.Release, nil
-}
-
-// loadAndStore is the last stage of a fill: it loads, hands the value to
-// the flight's callers and the local tier, and writes it back under held
-// (nil: unfenced, or not at all when the fill does not use the remote tier).
-func (f *fillState[V]) loadAndStore(ctx context.Context, load LoadFunc[V], held *heldLease, set *leaseSet) (*entry[V], error) {
-	c := f.c
-	v, delta, d, err := c.runLoad(ctx, f.key, load, f.mode == background)
-	if err == nil {
-		c.learnTags(ctx, d.tags) // the versions as of now, to judge the load by
-	}
-	return f.stored(ctx, v, delta, d, err, held, set)
 }
 
 // stored settles a fill with what its load returned: v, or err, measured

@@ -23,16 +23,8 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], e 
 		c.window.add(c, staleRead[V]{key: key, e: e, started: started})
 		return
 	}
-	load = c.loader(key, load)
-	if load == nil || !c.claimRefresh(key, e) {
-		return
-	}
-	bctx := context.WithoutCancel(ctx)
-	if !c.onExecutor(started, func() {
-		c.runRefresh(bctx, key, load, e)
-		c.unclaimRefresh(key, e)
-	}) {
-		c.unclaimRefresh(key, e)
+	if load = c.loader(key, load); load != nil {
+		c.refreshMany(ctx, []staleRead[V]{{key: key, e: e, started: started}}, batchOf(key, load))
 	}
 }
 
@@ -93,33 +85,82 @@ func (c *Cache[V]) onExecutor(started *stripedCounter, fn func()) bool {
 	return true
 }
 
-// runRefresh is one background refresh of old: its limiter slot first, so
-// that a refresh that would be shed touches no remote key; then its one
-// lease attempt; then the load, in a flight that misses of key join. A
-// refresh that finds a flight of key running leaves the load to it.
-func (c *Cache[V]) runRefresh(ctx context.Context, key string, load LoadFunc[V], old *entry[V]) {
-	release, ok := c.refreshSlot(ctx, old)
+// refreshMany starts one background refresh of the values reads served,
+// with one batch load, for those that are due; without a batch loader each
+// is refreshed on its own.
+func (c *Cache[V]) refreshMany(ctx context.Context, reads []staleRead[V], load BatchLoadFunc[V]) {
+	if load == nil {
+		for _, r := range reads {
+			c.refresh(ctx, r.key, nil, r.e, r.started)
+		}
+		return
+	}
+	olds := make(map[string]*entry[V], len(reads))
+	var (
+		keys    []string
+		started []*stripedCounter
+	)
+	for _, r := range reads {
+		if _, dup := olds[r.key]; dup || !c.refreshDue(r.key, r.e) || !c.claimRefresh(r.key, r.e) {
+			continue
+		}
+		olds[r.key] = r.e
+		keys = append(keys, r.key)
+		started = append(started, r.started)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	unclaim := func() {
+		for key, e := range olds {
+			c.unclaimRefresh(key, e)
+		}
+	}
+	bctx := context.WithoutCancel(ctx)
+	if !c.onExecutor(nil, func() {
+		defer unclaim()
+		c.runRefreshMany(bctx, keys, olds, load)
+	}) {
+		unclaim()
+		return
+	}
+	for _, n := range started {
+		if n != nil {
+			n.add(1)
+		}
+	}
+}
+
+// runRefreshMany is one background refresh of the values olds holds: one
+// limiter slot for the batch, then, in the keys' flights, the lease of
+// each key and one load of the keys this replica leased.
+func (c *Cache[V]) runRefreshMany(ctx context.Context, keys []string, olds map[string]*entry[V], load BatchLoadFunc[V]) {
+	// The value nearest to the middle of its stale window decides the
+	// slot's urgency; the others share its fate.
+	first := olds[keys[0]]
+	for _, e := range olds {
+		if e.midStale() < first.midStale() {
+			first = e
+		}
+	}
+	release, ok := c.refreshSlot(ctx, first)
 	if !ok {
+		for _, e := range olds {
+			e.shed.Store(first.shed.Load())
+			e.retryAt.Store(max(e.retryAt.Load(), min(first.retryAt.Load(), e.midStale())))
+		}
 		return
 	}
 	defer release()
-	held, remoteUp, settled := c.refreshLease(ctx, key, old)
-	if settled {
-		return
-	}
-	set := newLeaseSet()
-	set.add(held)
-	defer c.closeSet(ctx, set) // the lease's end, or its release when no flight ran
-	_, err, ran := c.flights.TryDo(ctx, key, func(fctx context.Context) (*entry[V], error) {
-		return c.refill(fctx, key, load, old, held, set, remoteUp)
+	res := c.flyMany(ctx, keys, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
+		c.fillMany(fctx, c.newFills(led, callOpts{}, olds), load, true, settle, false)
 	})
-	if !ran {
-		return
-	}
-	if err != nil {
-		c.st.refreshFailures.add(1)
-		c.event(EventRefreshFailed, key, err)
-		c.backOff(old, 0)
+	for j, key := range keys {
+		if err := res[j].Err; err != nil {
+			c.st.refreshFailures.add(1)
+			c.event(EventRefreshFailed, key, err)
+			c.backOff(olds[key], 0)
+		}
 	}
 }
 
@@ -172,61 +213,6 @@ func (c *Cache[V]) urgentSlot(ctx context.Context, l *limiter.Limiter, old *entr
 		return nil, false
 	}
 	return l.Release, true
-}
-
-// refreshLease is a refresh's one lease attempt, made before its flight. It
-// returns the lease taken (nil: none) and whether the refresh uses the
-// remote tier, or settled when the attempt ended the refresh: a newer value
-// was found and put in the local tier, or another holds the lease, and no
-// refresh of key starts until that lease ends.
-func (c *Cache[V]) refreshLease(ctx context.Context, key string, old *entry[V]) (held *heldLease, remoteUp, settled bool) {
-	switch {
-	case c.cfg.Store == nil:
-		return nil, false, false
-	case c.cfg.Lease == nil:
-		return nil, true, false // refill reads the Store first
-	case !c.brk.allow():
-		return nil, false, false
-	}
-	gen, _ := c.gens.get(key)
-	now := c.clk.now()
-	// Only a value someone else refreshed since old was written stops it.
-	a, err := c.tryLease(ctx, key, max(now, old.soft))
-	if err != nil {
-		return nil, false, true
-	}
-	switch a.outcome {
-	case leaseGranted:
-		return a.held, true, false
-	case leaseFound:
-		c.setLocal(key, a.e, gen)
-		return nil, false, true
-	case leaseHeld:
-		a.giveUp()
-		c.backOff(old, 0) // and tryLease remembered the holder
-		return nil, false, true
-	case leaseUndecodable:
-		return nil, true, false // load, and overwrite it unfenced
-	}
-	return nil, false, false // the tier failed: load, and write nothing remotely
-}
-
-// refill is a background refresh's work inside its flight, with its slot
-// and its lease (held, when it took one) already taken.
-func (c *Cache[V]) refill(ctx context.Context, key string, load LoadFunc[V], old *entry[V], held *heldLease, set *leaseSet, remoteUp bool) (*entry[V], error) {
-	c.watchSet(ctx, set)
-	f := c.newFill(key, background, callOpts{})
-	f.old, f.remoteUp = old, remoteUp
-	if e := f.recheckLocal(); e != nil {
-		return e, nil // refreshed by someone else meanwhile
-	}
-	if held == nil && remoteUp && c.cfg.Lease == nil {
-		// Without a lease, the Store shows a refresh another replica made.
-		if e := f.recheckStore(ctx, remoteRead[V]{}); e != nil {
-			return e, nil
-		}
-	}
-	return f.loadAndStore(ctx, load, held, set)
 }
 
 // The refresh window of Gets served by Options.LoadMany: the refreshes

@@ -24,10 +24,6 @@ import (
 func Tags(ctx context.Context, tags ...string) {
 	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok {
 		ds.update("", true, func(d *directives) { d.tags = append(d.tags, tags...) })
-		return
-	}
-	if d, ok := ctx.Value(directivesKey{}).(*directives); ok {
-		d.tags = append(d.tags, tags...)
 	}
 }
 
