@@ -703,3 +703,14 @@ func (c *Cache[V]) Close(ctx context.Context) error {
 		return fmt.Errorf("herd: close: %w", ctx.Err())
 	}
 }
+
+// localGet is the local tier's entry for key when it may be served; a
+// tagged entry a tag's version retired is dropped.
+func (c *Cache[V]) localGet(key string) (*entry[V], bool) {
+	e, ok := c.local.GetIfPresent(key)
+	if !ok || c.usable(e) {
+		return e, ok
+	}
+	c.unpublish(key, e)
+	return nil, false
+}

@@ -13,65 +13,6 @@ import (
 // runtime.Goexit.
 var errLoadPanicked = errors.New("herd: load panicked")
 
-// store puts a freshly loaded entry in the local tier and hands its remote
-// write, with the end of held (a lease of set, nil when none is held), to
-// the background, so that the load's callers get the value as soon as the
-// load returns. Nothing is written to either tier when key was set or
-// invalidated in this process since gen was read: with a lease the fence
-// would refuse the write, without one this process's own order refuses it.
-// A value loaded under a lease that could have lapsed meanwhile enters the
-// local tier only once the Store has taken its write: another replica may
-// have taken the lease over, or a change fenced it.
-func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *heldLease, set *leaseSet, remoteUp bool, gen uint64) {
-	var env []byte
-	if remoteUp {
-		var err error
-		if env, err = c.encode(e); err != nil {
-			c.st.encodeErrors.add(1)
-			c.encodeFailed(ctx, key, err)
-			return // a value the codec cannot encode is served, not cached
-		}
-		if held != nil {
-			e.fence.Store(held.fence)
-		}
-		if c.cfg.NearTTL > 0 {
-			e.near = addTime(c.clk.now(), c.cfg.NearTTL)
-		}
-	}
-	ttl := func() time.Duration { return time.Duration(e.hard - c.clk.now()) }
-	if held != nil && env != nil && !held.heldAt(c.clk.now()) {
-		if c.gens.changedSince(key, gen) {
-			return // the fence refuses it, and the local tier must not take it
-		}
-		set.end(leaseEnd{h: held, env: env, ttl: ttl(), accepted: func() { c.setLocal(key, e, gen) }})
-		return
-	}
-	unfenced := env != nil && held == nil
-	if !c.publish(key, e, gen, unfenced) {
-		return
-	}
-	switch {
-	case held != nil:
-		set.end(leaseEnd{h: held, env: env, ttl: ttl(), refused: func() { c.unpublish(key, e) }})
-	case unfenced:
-		c.goBackground(func() {
-			defer c.gens.endWrite(key)
-			ttl := ttl()
-			if ttl <= 0 {
-				return
-			}
-			rctx, cancel := c.remoteCtx(ctx)
-			defer cancel()
-			f, err := c.cfg.Store.Set(rctx, key, env, ttl)
-			c.remoteDone(rctx, err)
-			c.writeBackFailed(key, err)
-			if err == nil {
-				e.fence.Store(f)
-			}
-		})
-	}
-}
-
 // guard runs fn on a goroutine of its own and returns its error, or, when
 // fn panics or calls runtime.Goexit, a [flight.PanicError] carrying the
 // panic value and stack or [flight.ErrGoexit]: so one call of a batch

@@ -133,17 +133,6 @@ func (c *Cache[V]) usable(e *entry[V]) bool {
 	return e.tags == nil || c.tags.current(e.tags, e.since)
 }
 
-// localGet is the local tier's entry for key when it may be served; a
-// tagged entry a tag's version retired is dropped.
-func (c *Cache[V]) localGet(key string) (*entry[V], bool) {
-	e, ok := c.local.GetIfPresent(key)
-	if !ok || c.usable(e) {
-		return e, ok
-	}
-	c.unpublish(key, e)
-	return nil, false
-}
-
 // fetchTags reads from the Store the versions of the tags of the envelopes
 // envs (each may be nil), in one call, and learns them. Without a Tagger,
 // or when the call fails, nothing is learnt, so that no tagged entry is

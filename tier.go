@@ -1,0 +1,117 @@
+package herd
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The remote tier's reads and acquisitions on behalf of fills and reads:
+// one call per batch when the Store and Lease take batches, the outcome
+// recorded once for the breaker, tags' versions fetched alongside.
+
+// loadRemote reads key from the Store and decodes what it finds.
+func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
+	r := remoteRead[V]{done: true}
+	r.gen, r.puts = c.gens.get(key)
+	env, err := c.cfg.Store.Load(ctx, key)
+	c.remoteDone(ctx, err)
+	c.fetchTags(ctx, env)
+	c.readOf(&r, key, env, err)
+	return r
+}
+
+// readOf fills r with what one read of key from the Store returned.
+func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
+	switch {
+	case errors.Is(err, ErrRejected):
+		c.st.decodeErrors.add(1) // the key holds nothing this cache can use
+	case err != nil:
+		r.err = err
+	case env == nil:
+		r.gone = true
+	default:
+		if e, ok := c.decode(key, env); ok && c.usable(e) {
+			r.e = e // a value a tag retired is of no use either
+		}
+	}
+}
+
+// loadMany reads the keys of fs from the Store: one call when it is a
+// [BatchStore], one per key otherwise. The breaker records one outcome for
+// the batch.
+func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRead[V] {
+	reads := make([]remoteRead[V], len(fs))
+	keys := make([]string, len(fs))
+	for i, f := range fs {
+		keys[i] = f.key
+		reads[i].done = true
+		reads[i].gen, reads[i].puts = c.gens.get(f.key)
+	}
+	var got []Loaded
+	if bs, ok := c.cfg.Store.(BatchStore); ok {
+		got = bs.LoadMany(ctx, keys)
+	} else {
+		got = make([]Loaded, len(keys))
+		for i, k := range keys {
+			got[i].Value, got[i].Err = c.cfg.Store.Load(ctx, k)
+		}
+	}
+	c.remoteDone(ctx, firstErr(got, func(l Loaded) error { return l.Err }))
+	envs := make([][]byte, len(got))
+	for i, l := range got {
+		envs[i] = l.Value
+	}
+	c.fetchTags(ctx, envs...)
+	for i, l := range got[:len(keys)] {
+		c.readOf(&reads[i], keys[i], l.Value, l.Err)
+	}
+	return reads
+}
+
+// acquireMany asks for the leases of the keys of fs, each fresh after its
+// fill's start (a miss) or its old value's soft expiry (a refresh): one
+// call when the Lease is a [BatchLease], and otherwise one Acquire per key,
+// with a read of the Store for each key whose value was not returned and
+// that wants its stale value (wantsStale). One key that does not asks with
+// Acquire alone.
+func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquired {
+	reqs := make([]LeaseRequest, len(fs))
+	for i, f := range fs {
+		after := f.now
+		if f.old != nil {
+			after = max(after, f.old.soft) // only a value refreshed meanwhile stops it
+		}
+		reqs[i] = LeaseRequest{Key: f.key, After: time.Unix(0, after)}
+	}
+	ttl := c.cfg.LeaseTTL
+	var got []Acquired
+	if bl, ok := c.cfg.Lease.(BatchLease); ok && (len(fs) > 1 || fs[0].wantsStale()) {
+		got = bl.AcquireMany(ctx, reqs, ttl)
+	} else {
+		got = make([]Acquired, len(reqs))
+		for i, r := range reqs {
+			got[i].Grant, got[i].Err = c.cfg.Lease.Acquire(ctx, r.Key, ttl, r.After)
+			if got[i].Err == nil && got[i].Value == nil && fs[i].wantsStale() {
+				got[i].Stale, _ = c.cfg.Store.Load(ctx, r.Key)
+			}
+		}
+	}
+	c.remoteDone(ctx, firstErr(got, func(a Acquired) error { return a.Err }))
+	envs := make([][]byte, 0, 2*len(got))
+	for _, a := range got {
+		envs = append(envs, a.Value, a.Stale)
+	}
+	c.fetchTags(ctx, envs...)
+	return got[:len(reqs)]
+}
+
+// firstErr returns the first error of a batch's outcomes, or nil.
+func firstErr[T any](outs []T, err func(T) error) error {
+	for _, o := range outs {
+		if e := err(o); e != nil {
+			return e
+		}
+	}
+	return nil
+}
