@@ -31,7 +31,14 @@
 //   - A load's callers get its value as soon as it returns; its write to the
 //     Store, and the release of its lease, follow in the background, bounded
 //     by LoadTimeout. A write that the fence refuses drops the copy the load
-//     put in the local tier. Close waits for pending writes.
+//     put in the local tier. A load whose lease could have lapsed (the last
+//     acquisition or extension the Lease granted was sent more than
+//     LeaseTTL ago: a paused process, a frozen connection) puts its value
+//     in the local tier only once the Store has taken its write, so that a
+//     value another replica's takeover or a Set fenced out is never served
+//     there to a read that starts later. A write-back that fails still
+//     releases the lease and announces the load's completion, so other
+//     replicas stop waiting for it at once. Close waits for pending writes.
 //   - Other replicas drop their local copy when an Invalidate's notice
 //     reaches them. On a write's notice (a load's write-back or a Set) they
 //     go on serving their copy while one read of the Store replaces it, so
@@ -48,7 +55,8 @@
 //     on a replica, nothing stored before is served there, other replicas
 //     drop their local tiers on its notice (within 2×NearTTL if it is
 //     lost), and a load that began before writes neither tier (on other
-//     replicas, with a Lease).
+//     replicas, with a Lease). The replica's own notice of it, arriving
+//     later, drops nothing loaded since.
 //   - InvalidateTag retires every entry whose load gave it the tag
 //     ([Tags]), and whose load began before it: after it returns on a
 //     replica, no such entry is served there; other replicas refuse them
@@ -84,7 +92,13 @@
 // attempt at that lease until the holder's completion notice arrives or the
 // lease time the holder had left has passed: meanwhile its stale reads are
 // served at once and start no refresh, its FailFast misses fail fast
-// without asking, and its Wait losers re-read the Store between notices. A
+// without asking, and its Wait losers re-read the Store between notices.
+// With a Lease that is a [Watcher], the holder's completion is listened for
+// from before the attempt that found the lease held, so a completion that
+// comes before the wait begins, or a holder that ended its lease without a
+// value, ends the wait at once. LeaseWait bounds the wait for each holder:
+// a loser whose holder completed and whose next attempt finds another
+// holder waits for that one anew, until its own context ends. A
 // background refresh takes its limiter slot before any remote call, so a
 // refresh the limiter sheds touches no remote key, and a shed refresh of a
 // stale value waits at High priority once half of its stale window has
