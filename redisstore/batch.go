@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,55 +34,56 @@ var (
 	batchReleaseScript      = script("batchrelease")
 )
 
-// LoadMany returns the envelopes stored under keys, in order, with one
-// pipeline of GETs; a key with none has a nil Value and no error. Like
-// Load, it does not check the bytes.
+// LoadMany returns the envelopes stored under keys, in order, with
+// pipelines of GETs, each bounded as "Batches" in the package doc says; a
+// key with none has a nil Value and no error. Like Load, it does not check
+// the bytes.
 func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 	out := make([]herd.Loaded, len(keys))
 	gen, ok := r.batchGeneration(ctx, "load", len(keys), func(i int, err error) { out[i].Err = err })
 	if !ok {
 		return out
 	}
-	names := make([]string, len(keys)) // "" for a key that is not read
-	read := false
+	names := make([]string, 0, len(keys))
+	which := make([]int, 0, len(keys)) // the entry of each name
 	for i, key := range keys {
 		if err := r.check("load", key); err != nil {
 			out[i].Err = err
 			continue
 		}
-		names[i], read = r.space.NamesAt(key, gen).Value, true
+		names = append(names, r.space.NamesAt(key, gen).Value)
+		which = append(which, i)
 	}
-	if !read {
-		return out
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	p := r.client.Pipeline()
-	gets := make([]*redis.StringCmd, len(keys))
-	for i, name := range names {
-		if name != "" {
-			gets[i] = p.Get(ctx, name)
+	r.spans(len(names), true, func(j int) int { return len(names[j]) + argBytes }, func(lo, hi int) {
+		ctx, cancel := context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+		p := r.client.Pipeline()
+		gets := make([]*redis.StringCmd, hi-lo)
+		for j := range gets {
+			gets[j] = p.Get(ctx, names[lo+j])
 		}
-	}
-	_, _ = p.Exec(ctx) // each command holds its own outcome
-	for i, get := range gets {
-		if get == nil {
-			continue
+		_, _ = p.Exec(ctx) // each command holds its own outcome
+		read, late := 0, false
+		for j, get := range gets {
+			i := which[lo+j]
+			b, err := get.Bytes()
+			switch {
+			case errors.Is(err, redis.Nil):
+			case err != nil:
+				out[i].Err = fail("load", keys[i], err)
+				late = late || timedOut(err)
+			default:
+				out[i].Value = b
+				read += len(b)
+			}
 		}
-		b, err := get.Bytes()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			out[i].Err = fail("load", keys[i], err)
-		default:
-			out[i].Value = b
-		}
-	}
+		r.learn(hi-lo, read, late)
+	})
 	return out
 }
 
-// AcquireMany does what Acquire does for each request, in one pipeline of
-// the acquire script, which also returns the stored value that was not
+// AcquireMany does what Acquire does for each request, in pipelines of
+// the acquire script bounded as "Batches" in the package doc says, which also returns the stored value that was not
 // fresh as the entry's Stale.
 func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl time.Duration) []herd.Acquired {
 	out := make([]herd.Acquired, len(reqs))
@@ -108,7 +110,7 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 			args: []any{token, ms, max(q.After.UnixMilli(), 0), r.fenceTTL(ms), "1"}}) // "1": return the value that was not fresh
 		tokens = append(tokens, token)
 	}
-	for j, cmd := range r.runMany(ctx, runs) {
+	for j, cmd := range r.runMany(ctx, runs, true) {
 		i := runs[j].entry
 		key := reqs[i].Key
 		res, err := cmd.Slice()
@@ -126,8 +128,8 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 	return out
 }
 
-// ExtendMany does what Extend does for each lease, in one pipeline of the
-// extend script.
+// ExtendMany does what Extend does for each lease, in pipelines of the
+// extend script bounded as "Batches" in the package doc says.
 func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time.Duration) []herd.Outcome {
 	out := make([]herd.Outcome, len(leases))
 	gen, ok := r.batchGeneration(ctx, "extend", len(leases), func(i int, err error) { out[i].Err = err })
@@ -153,7 +155,7 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 			keys: []string{n.Lease, n.Fence},
 			args: []any{l.Token, ms, r.fenceTTL(ms)}})
 	}
-	for j, cmd := range r.runMany(ctx, runs) {
+	for j, cmd := range r.runMany(ctx, runs, false) {
 		i := runs[j].entry
 		ok, err := cmd.Int64()
 		if err != nil {
@@ -166,14 +168,22 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 }
 
 // WriteReleaseMany does what WriteRelease does for each write, or Release
-// when its Env is nil, in one pipeline of scripts that announce nothing;
-// then it wakes this Remote's Wait-ers of every key whose script answered
-// and announces those keys' changes (under their fences, for the keys it
-// wrote) and completions in one PUBLISH. A write whose arguments
-// WriteRelease would refuse (an Env that does not decode, a ttl that is not
-// positive) is refused alone, and its lease is not released. If the
-// PUBLISH fails, its notices are lost, as notices can be; the outcomes
-// stand.
+// when its Env is nil, with pipelines of scripts that announce nothing,
+// bounded as "Batches" in the package doc says. After each pipeline it
+// wakes this Remote's Wait-ers of every key whose script answered and
+// announces those keys' changes (under their fences, for the keys it
+// wrote) and completions, in batch notices of at most 256 keys each, sent
+// in one pipeline of PUBLISHes.
+//
+// A write whose arguments WriteRelease would refuse (an Env that does not
+// decode, a ttl that is not positive) is refused alone, and its lease is
+// not released. A write that Redis refuses (OOM under maxmemory) still
+// releases, as WriteRelease does, and its entry's Err wraps
+// [ErrWriteFailed]. An entry whose script failed otherwise (a connection
+// dropped, a timeout, an error reply) is released once more with the
+// release script, and announced if that answers; its Err stays the
+// script's. If a PUBLISH fails, its notices are lost, as notices can be;
+// the outcomes stand.
 func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) []herd.Outcome {
 	out := make([]herd.Outcome, len(writes))
 	gen, ok := r.batchGeneration(ctx, "write-release", len(writes), func(i int, err error) { out[i].Err = err })
@@ -188,8 +198,7 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) 
 				out[i].Err = err
 				continue
 			}
-			runs = append(runs, scriptRun{entry: i, script: batchReleaseScript,
-				keys: []string{n.Lease}, args: []any{w.Token}})
+			runs = append(runs, releaseRun(i, n.Lease, w.Token))
 			continue
 		}
 		ms, err := r.prepare("write-release", w.Key, w.Env, w.TTL)
@@ -201,69 +210,118 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) 
 			keys: []string{n.Value, n.Fence, n.Lease},
 			args: []any{strconv.FormatUint(w.Fence, 10), ms, w.Env, w.Token, r.fenceTTL(ms)}})
 	}
-	if len(runs) == 0 {
-		return out
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	ends := make([]batchEnd, 0, len(runs))
-	for j, cmd := range r.runMany(ctx, runs) {
-		i := runs[j].entry
-		key := writes[i].Key
-		if runs[j].script == batchReleaseScript {
-			if err := cmd.Err(); err != nil {
-				out[i].Err = fail("release", key, err)
+	r.spans(len(runs), false, func(j int) int { return runs[j].size() }, func(lo, hi int) {
+		span := runs[lo:hi]
+		ends := make([]batchEnd, 0, len(span))
+		var again []scriptRun // the runs that failed, to be released once more
+		for j, cmd := range r.runSpan(ctx, span) {
+			i := span[j].entry
+			key := writes[i].Key
+			if span[j].script == batchReleaseScript {
+				if err := cmd.Err(); err != nil {
+					out[i].Err = fail("release", key, err)
+					again = append(again, span[j])
+					continue
+				}
+				ends = append(ends, batchEnd{key: key})
 				continue
 			}
-			ends = append(ends, batchEnd{key: key})
-			continue
+			res, err := cmd.Slice()
+			if err != nil {
+				out[i].Err = fail("write-release", key, err)
+				again = append(again, releaseRun(i, span[j].keys[2], writes[i].Token))
+				continue
+			}
+			wrote, fence, refused, ok := written(res)
+			switch {
+			case !ok || wrote && fence != writes[i].Fence:
+				out[i].Err = fmt.Errorf("redisstore: write-release %q: unexpected reply %v", key, res)
+				again = append(again, releaseRun(i, span[j].keys[2], writes[i].Token))
+				continue
+			case refused != "":
+				out[i].Err = writeFailed(key, refused)
+			}
+			out[i].OK = wrote
+			ends = append(ends, batchEnd{key: key, fence: fence})
 		}
-		res, err := cmd.Slice()
-		if err != nil {
-			out[i].Err = fail("write-release", key, err)
-			continue
+		if len(again) > 0 {
+			for j, cmd := range r.runSpan(ctx, again) {
+				if cmd.Err() == nil {
+					ends = append(ends, batchEnd{key: writes[again[j].entry].Key})
+				}
+			}
 		}
-		wrote, fence, ok := written(res)
-		if !ok || wrote && fence != writes[i].Fence {
-			out[i].Err = fmt.Errorf("redisstore: write-release %q: unexpected reply %v", key, res)
-			continue
-		}
-		out[i].OK = wrote
-		ends = append(ends, batchEnd{key: key, fence: fence})
-	}
+		r.announce(ctx, ends)
+	})
+	return out
+}
+
+// releaseRun is the run of the batch release script of entry i, whose
+// lease key is lease.
+func releaseRun(i int, lease, token string) scriptRun {
+	return scriptRun{entry: i, script: batchReleaseScript, keys: []string{lease}, args: []any{token}}
+}
+
+// announce wakes this Remote's Wait-ers of the keys of ends and publishes
+// their batch notices in one pipeline, within r.timeout.
+func (r *Remote) announce(ctx context.Context, ends []batchEnd) {
 	if len(ends) == 0 {
-		return out
+		return
 	}
 	r.mu.Lock()
 	for _, e := range ends {
 		r.wake(e.key)
 	}
 	r.mu.Unlock()
-	_ = r.client.Publish(ctx, r.channel, formatBatchNotice(r.id, ends)).Err() // lost, as a notice can be
-	return out
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	msgs := formatBatchNotices(r.id, ends)
+	if len(msgs) == 1 {
+		_ = r.client.Publish(ctx, r.channel, msgs[0]).Err() // lost, as a notice can be
+		return
+	}
+	p := r.client.Pipeline()
+	for _, m := range msgs {
+		p.Publish(ctx, r.channel, m)
+	}
+	_, _ = p.Exec(ctx) // lost, as notices can be
+}
+
+// ErrWriteFailed is wrapped by the error of a write-back that Redis
+// refused while running its script (OOM under maxmemory with
+// maxmemory-policy noeviction): nothing was stored, but the lease was
+// released and the completion announced.
+var ErrWriteFailed = errors.New("redisstore: Redis refused the write")
+
+// writeFailed is the error of key's write that Redis refused with msg.
+func writeFailed(key, msg string) error {
+	return fmt.Errorf("redisstore: write-release %q: %w: %s (the lease was released)", key, ErrWriteFailed, msg)
 }
 
 // written reads the batch write-release script's reply: whether it wrote
-// and, if it did, the fence it wrote under (0 when it did not).
-func written(res []any) (wrote bool, fence uint64, ok bool) {
+// and, if it did, the fence it wrote under (0 when it did not); or, when
+// Redis refused the write, its error message as refused.
+func written(res []any) (wrote bool, fence uint64, refused string, ok bool) {
 	if len(res) != 2 {
-		return false, 0, false
+		return false, 0, "", false
 	}
 	n, isInt := res[0].(int64)
 	cur, isString := res[1].(string)
 	switch {
 	case !isInt || !isString:
-		return false, 0, false
+		return false, 0, "", false
 	case n == 0:
-		return false, 0, true
+		return false, 0, "", true
+	case n == 2:
+		return false, 0, cmp.Or(cur, "write failed"), true
 	case n != 1:
-		return false, 0, false
+		return false, 0, "", false
 	}
 	f, err := strconv.ParseUint(cur, 10, 64)
 	if err != nil || f > envelope.MaxFence {
-		return false, 0, false
+		return false, 0, "", false
 	}
-	return true, f, true
+	return true, f, "", true
 }
 
 // scriptRun is one run of a script in a batch, answering one entry of the
@@ -275,12 +333,57 @@ type scriptRun struct {
 	args   []any
 }
 
-// runMany runs every run with EVALSHA in one pipeline, within r.timeout, and
+// argBytes is what one argument of a command costs beside its bytes, in
+// the request (its length header) and in the reply, as counted against
+// BatchBytes.
+const argBytes = 16
+
+// size returns about how many bytes run takes in a request.
+func (run scriptRun) size() int {
+	n := 2*argBytes + len(run.script.Hash())
+	for _, k := range run.keys {
+		n += argBytes + len(k)
+	}
+	for _, a := range run.args {
+		n += argBytes
+		switch a := a.(type) {
+		case string:
+			n += len(a)
+		case []byte:
+			n += len(a)
+		default:
+			n += 20 // a number
+		}
+	}
+	return n
+}
+
+// runMany runs every run with EVALSHA, in pipelines split by spans (reads
+// when the replies carry values), each within r.timeout, and returns their
+// commands in order.
+func (r *Remote) runMany(ctx context.Context, runs []scriptRun, reads bool) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, 0, len(runs))
+	r.spans(len(runs), reads, func(j int) int { return runs[j].size() }, func(lo, hi int) {
+		span := r.runSpan(ctx, runs[lo:hi])
+		if reads {
+			n, late := 0, false
+			for _, cmd := range span {
+				n += replyBytes(cmd.Val())
+				late = late || timedOut(cmd.Err())
+			}
+			r.learn(hi-lo, n, late)
+		}
+		cmds = append(cmds, span...)
+	})
+	return cmds
+}
+
+// runSpan runs every run with EVALSHA in one pipeline, within r.timeout, and
 // returns their commands in order. The runs that fail with NOSCRIPT (a
 // server restarted, failed over or flushed its scripts) are run once more,
 // in a second pipeline, after their scripts are loaded on every master; if
 // the loading fails, they fail with its error.
-func (r *Remote) runMany(ctx context.Context, runs []scriptRun) []*redis.Cmd {
+func (r *Remote) runSpan(ctx context.Context, runs []scriptRun) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(runs))
 	if len(runs) == 0 {
 		return cmds
@@ -326,6 +429,68 @@ func (r *Remote) evalSha(ctx context.Context, runs []scriptRun, which []int, cmd
 	_, _ = p.Exec(ctx) // each command holds its own outcome
 }
 
+// spans calls send with consecutive spans [lo, hi) of n entries, in order,
+// each of at most r.batchKeys entries and r.batchBytes bytes, an entry
+// larger than that alone; size(i) is entry i's bytes in the request. For
+// reads, each entry also counts, for its reply, the mean length of the
+// values that the last pipeline of reads returned (r.valueBytes).
+func (r *Remote) spans(n int, reads bool, size func(i int) int, send func(lo, hi int)) {
+	for lo := 0; lo < n; {
+		var value int
+		if reads {
+			value = int(r.valueBytes.Load())
+		}
+		hi, bytes := lo, 0
+		for hi < n && hi-lo < r.batchKeys {
+			b := size(hi) + value
+			if hi > lo && bytes+b > r.batchBytes {
+				break
+			}
+			bytes += b
+			hi++
+		}
+		send(lo, hi)
+		lo = hi
+	}
+}
+
+// learn records that a pipeline of reads of n keys returned bytes bytes of
+// values: the next pipeline counts their mean for each key, or half the
+// last mean if that is more, so that a pipeline of keys that held little
+// does not make the next one, whose keys may hold more, much longer. A
+// pipeline that timed out (late) doubles the mean instead, up to
+// r.batchBytes: the next one carries half as many keys.
+func (r *Remote) learn(n, bytes int, late bool) {
+	last := int(r.valueBytes.Load())
+	switch {
+	case late:
+		r.valueBytes.Store(int64(min(2*last, r.batchBytes)))
+	case n > 0:
+		r.valueBytes.Store(int64(max(bytes/n, last/2, 1)))
+	}
+}
+
+// timedOut reports whether err is a deadline that passed.
+func timedOut(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// replyBytes returns about how many bytes the reply v took.
+func replyBytes(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case []any:
+		n := 0
+		for _, e := range v {
+			n += replyBytes(e)
+		}
+		return n
+	}
+	return 0
+}
+
 // loadScripts loads scripts where EVALSHA will look for them: on every
 // master of a Cluster, at once, or on the one server of any other client.
 func (r *Remote) loadScripts(ctx context.Context, scripts []*redis.Script) error {
@@ -345,8 +510,8 @@ func (r *Remote) loadScripts(ctx context.Context, scripts []*redis.Script) error
 	return load(ctx, r.client)
 }
 
-// A batch notice announces the loads that one WriteReleaseMany ended, as
-// one message: 'b', the announcing Remote's id (originLen bytes), then one
+// A batch notice announces some of the loads that one WriteReleaseMany
+// ended, as one message: 'b', the announcing Remote's id (originLen bytes), then one
 // record per key, in the call's order:
 //
 //	w<fence>:<length>:<key>   key written under fence, then its load completed
@@ -355,11 +520,56 @@ func (r *Remote) loadScripts(ctx context.Context, scripts []*redis.Script) error
 // where <length> is the key's length in bytes, so a key may hold any bytes,
 // and decimals are canonical: digits only, no leading zero, a fence in
 // [1, 2^53). A message with no record, or any record malformed, is ignored
-// whole.
+// whole. A message holds at most noticeRecords records and, unless it has
+// only one, noticeBytes bytes: a batch is announced in as many as it takes,
+// so that each stays one bounded item of a subscriber's queue.
 const (
 	writtenRecord = 'w'
 	doneRecord    = 'd'
+
+	noticeRecords = 256
+	noticeBytes   = 32 << 10
 )
+
+// formatBatchNotices formats the batch notices of ends, announced by
+// origin: ends in order, split as few times as the bounds of a message
+// allow.
+func formatBatchNotices(origin string, ends []batchEnd) []string {
+	var msgs []string
+	for lo := 0; lo < len(ends); {
+		hi, n := lo, 1+len(origin)
+		for hi < len(ends) && hi-lo < noticeRecords {
+			b := recordBytes(ends[hi])
+			if hi > lo && n+b > noticeBytes {
+				break
+			}
+			n += b
+			hi++
+		}
+		msgs = append(msgs, formatBatchNotice(origin, ends[lo:hi]))
+		lo = hi
+	}
+	return msgs
+}
+
+// recordBytes returns the length of e's record in a batch notice.
+func recordBytes(e batchEnd) int {
+	n := 1 + digits(uint64(len(e.key))) + 1 + len(e.key)
+	if e.fence > 0 {
+		n += digits(e.fence) + 1
+	}
+	return n
+}
+
+// digits returns the number of decimal digits of n.
+func digits(n uint64) int {
+	d := 1
+	for n >= 10 {
+		n /= 10
+		d++
+	}
+	return d
+}
 
 // batchEnd is one record of a batch notice: key's load ended, writing its
 // value under fence, or nothing when fence is 0.
@@ -442,22 +652,27 @@ func decimal(p string) (n uint64, rest string, ok bool) {
 }
 
 // dispatchBatch handles a batch notice: subscribers get one Notice per key
-// written, and each key's Wait-ers wake, unless this Remote announced it
-// (WriteReleaseMany woke them). A malformed notice is ignored whole.
+// written, all of them one message of their queues, and each key's
+// Wait-ers wake, unless this Remote announced it (WriteReleaseMany woke
+// them). A malformed notice is ignored whole.
 func (r *Remote) dispatchBatch(payload string) {
 	origin, ends, ok := parseBatchNotice(payload)
 	if !ok {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	var ns []notify.Notice // shared by the subscriptions, changed by none
 	for _, e := range ends {
 		if e.fence > 0 {
-			for s := range r.subs {
-				s.Push(notify.Notice{Key: e.key, Fence: e.fence})
-			}
+			ns = append(ns, notify.Notice{Key: e.key, Fence: e.fence})
 		}
-		if origin != r.id {
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for s := range r.subs {
+		s.PushAll(ns)
+	}
+	if origin != r.id {
+		for _, e := range ends {
 			r.wake(e.key)
 		}
 	}

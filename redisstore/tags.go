@@ -48,7 +48,7 @@ func (r *Remote) TagVersions(ctx context.Context, tags []string) ([]uint64, erro
 		runs[i] = scriptRun{entry: i, script: tagVersionScript, keys: []string{r.space.TagName(tag)}, args: []any{TagKeep.Milliseconds()}}
 	}
 	out := make([]uint64, len(tags))
-	for i, cmd := range r.runMany(ctx, runs) {
+	for i, cmd := range r.runMany(ctx, runs, false) {
 		v, err := cmd.Int64()
 		if err != nil {
 			return nil, fail("tag-versions", tags[i], fmt.Errorf("tag %q: %w", tags[i], err))
