@@ -35,9 +35,10 @@ var (
 )
 
 // LoadMany returns the envelopes stored under keys, in order, with
-// pipelines of GETs, each bounded as "Batches" in the package doc says; a
-// key with none has a nil Value and no error. Like Load, it does not check
-// the bytes.
+// pipelines of GETs, each bounded as "Batches" in the package doc says; the
+// GETs of a pipeline that timed out are sent once more, in a pipeline of
+// their own. A key with none has a nil Value and no error. Like Load, it
+// does not check the bytes.
 func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 	out := make([]herd.Loaded, len(keys))
 	gen, ok := r.batchGeneration(ctx, "load", len(keys), func(i int, err error) { out[i].Err = err })
@@ -55,14 +56,21 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 		which = append(which, i)
 	}
 	r.spans(len(names), true, func(j int) int { return len(names[j]) + argBytes }, func(lo, hi int) {
-		ctx, cancel := context.WithTimeout(ctx, r.timeout)
-		defer cancel()
-		p := r.client.Pipeline()
 		gets := make([]*redis.StringCmd, hi-lo)
-		for j := range gets {
-			gets[j] = p.Get(ctx, names[lo+j])
+		all := make([]int, hi-lo)
+		for j := range all {
+			all[j] = j
 		}
-		_, _ = p.Exec(ctx) // each command holds its own outcome
+		r.getAll(ctx, names[lo:hi], all, gets)
+		var again []int // timed out: a read is safe to send once more
+		for j, get := range gets {
+			if timedOut(get.Err()) {
+				again = append(again, j)
+			}
+		}
+		if len(again) > 0 && ctx.Err() == nil {
+			r.getAll(ctx, names[lo:hi], again, gets)
+		}
 		read, late := 0, false
 		for j, get := range gets {
 			i := which[lo+j]
@@ -80,6 +88,18 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 		r.learn(hi-lo, read, late)
 	})
 	return out
+}
+
+// getAll GETs the names at the given indexes in one pipeline, within
+// r.timeout, putting their commands at the same indexes of gets.
+func (r *Remote) getAll(ctx context.Context, names []string, which []int, gets []*redis.StringCmd) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	p := r.client.Pipeline()
+	for _, j := range which {
+		gets[j] = p.Get(ctx, names[j])
+	}
+	_, _ = p.Exec(ctx) // each command holds its own outcome
 }
 
 // AcquireMany does what Acquire does for each request, in pipelines of

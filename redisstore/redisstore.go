@@ -83,13 +83,16 @@
 // TagVersions) send their entries, in order, in pipelines of GETs
 // (LoadMany) or of one script run per key, one pipeline after another,
 // each within Timeout, so that a batch of any size fits: a pipeline holds
-// at most BatchKeys entries (500 by default) and BatchBytes bytes (4 MiB),
+// at most BatchKeys entries (128 by default) and BatchBytes bytes (4 MiB),
 // an entry larger than that alone. The bytes count what is sent and, for
 // LoadMany and AcquireMany, whose replies carry values, the mean length of
 // the values that the last such pipeline read (or half the mean before, if
-// that is more; 8 KiB before the first read, twice the mean after a
-// pipeline that timed out). At 250 ms, 500 script runs take a few ms on
-// one server, and 4 MiB crosses a 1 Gb/s link in about 35 ms. go-redis
+// that is more; BatchBytes/BatchKeys, 32 KiB, before the first read, and
+// twice the mean after a pipeline that timed out). 128 script runs take
+// well under a millisecond of Redis' time and a few of the client's, so
+// they fit the default Timeout of 250 ms on a loaded machine too (500 did
+// not always, on two busy cores under the race detector), and 4 MiB
+// crosses a 1 Gb/s link in about 35 ms. go-redis
 // splits each pipeline by master on a Cluster: one round trip to each
 // master that holds some of its keys, all at once, MOVED and ASK followed.
 // A pipeline that fails fails only its entries. The runs that a server
@@ -170,7 +173,7 @@ import (
 const (
 	DefaultPrefix     = "herd:"
 	DefaultTimeout    = 250 * time.Millisecond
-	DefaultBatchKeys  = 500
+	DefaultBatchKeys  = 128
 	DefaultBatchBytes = 4 << 20
 )
 
@@ -208,7 +211,7 @@ type Options struct {
 	Timeout time.Duration
 	// BatchKeys bounds the keys of each pipeline that a batch call sends
 	// (see "Batches" in the package doc), so that each fits in Timeout.
-	// Zero means DefaultBatchKeys (500); it must not be negative.
+	// Zero means DefaultBatchKeys (128); it must not be negative.
 	BatchKeys int
 	// BatchBytes bounds the bytes of each pipeline that a batch call sends
 	// and, as estimated from the values read before, of its replies; a
