@@ -103,8 +103,11 @@ func (r *Remote) getAll(ctx context.Context, names []string, which []int, gets [
 }
 
 // AcquireMany does what Acquire does for each request, in pipelines of
-// the acquire script bounded as "Batches" in the package doc says, which also returns the stored value that was not
-// fresh as the entry's Stale.
+// the acquire script bounded as "Batches" in the package doc says, which
+// also returns the stored value that was not fresh as the entry's Stale.
+// An acquisition that timed out may have taken its lease: its entry gets
+// the error, and the lease is released (and announced) with the release
+// script.
 func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl time.Duration) []herd.Acquired {
 	out := make([]herd.Acquired, len(reqs))
 	gen, ok := r.batchGeneration(ctx, "acquire", len(reqs), func(i int, err error) { out[i].Err = err })
@@ -130,12 +133,16 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 			args: []any{token, ms, max(q.After.UnixMilli(), 0), r.fenceTTL(ms), "1"}}) // "1": return the value that was not fresh
 		tokens = append(tokens, token)
 	}
+	var lapsed []scriptRun // acquisitions that timed out, and may have taken their leases
 	for j, cmd := range r.runMany(ctx, runs, true) {
 		i := runs[j].entry
 		key := reqs[i].Key
 		res, err := cmd.Slice()
 		if err != nil {
 			out[i].Err = fail("acquire", key, err)
+			if timedOut(err) {
+				lapsed = append(lapsed, releaseRun(i, runs[j].keys[1], tokens[j]))
+			}
 			continue
 		}
 		g, stale, ok := grant(res, tokens[j])
@@ -145,11 +152,33 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 		}
 		out[i] = herd.Acquired{Grant: g, Stale: stale}
 	}
+	r.releaseLapsed(ctx, reqs, lapsed)
 	return out
 }
 
+// releaseLapsed gives up the leases that the acquisitions of runs may have
+// taken before they timed out, which no caller holds, and announces their
+// completions, so that no lease is left held for its TTL; on ctx's values
+// but not its end, each pipeline within r.timeout.
+func (r *Remote) releaseLapsed(ctx context.Context, reqs []herd.LeaseRequest, runs []scriptRun) {
+	if len(runs) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	r.spans(len(runs), false, func(j int) int { return runs[j].size() }, func(lo, hi int) {
+		var ends []batchEnd
+		for j, cmd := range r.runSpan(ctx, runs[lo:hi]) {
+			if cmd.Err() == nil {
+				ends = append(ends, batchEnd{key: reqs[runs[lo+j].entry].Key})
+			}
+		}
+		r.announce(ctx, ends)
+	})
+}
+
 // ExtendMany does what Extend does for each lease, in pipelines of the
-// extend script bounded as "Batches" in the package doc says.
+// extend script bounded as "Batches" in the package doc says; a run that
+// timed out is sent once more.
 func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time.Duration) []herd.Outcome {
 	out := make([]herd.Outcome, len(leases))
 	gen, ok := r.batchGeneration(ctx, "extend", len(leases), func(i int, err error) { out[i].Err = err })
@@ -172,8 +201,9 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 		}
 		n := r.space.NamesAt(l.Key, gen)
 		runs = append(runs, scriptRun{entry: i, script: extendScript,
-			keys: []string{n.Lease, n.Fence},
-			args: []any{l.Token, ms, r.fenceTTL(ms)}})
+			keys:  []string{n.Lease, n.Fence},
+			args:  []any{l.Token, ms, r.fenceTTL(ms)},
+			retry: true})
 	}
 	for j, cmd := range r.runMany(ctx, runs, false) {
 		i := runs[j].entry
@@ -199,7 +229,10 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 // decode, a ttl that is not positive) is refused alone, and its lease is
 // not released. A write that Redis refuses (OOM under maxmemory) still
 // releases, as WriteRelease does, and its entry's Err wraps
-// [ErrWriteFailed]. An entry whose script failed otherwise (a connection
+// [ErrWriteFailed]. A script that timed out is sent once more (under the
+// same fence and token, a second run changes nothing that the first did;
+// if another replica's lease advanced the fence in between, the entry
+// reports no write). An entry whose script still failed (a connection
 // dropped, a timeout, an error reply) is released once more with the
 // release script, and announced if that answers; its Err stays the
 // script's. If a PUBLISH fails, its notices are lost, as notices can be;
@@ -227,8 +260,9 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) 
 			continue
 		}
 		runs = append(runs, scriptRun{entry: i, script: batchWriteReleaseScript,
-			keys: []string{n.Value, n.Fence, n.Lease},
-			args: []any{strconv.FormatUint(w.Fence, 10), ms, w.Env, w.Token, r.fenceTTL(ms)}})
+			keys:  []string{n.Value, n.Fence, n.Lease},
+			args:  []any{strconv.FormatUint(w.Fence, 10), ms, w.Env, w.Token, r.fenceTTL(ms)},
+			retry: true}) // under the same fence and token, a second run changes nothing
 	}
 	r.spans(len(runs), false, func(j int) int { return runs[j].size() }, func(lo, hi int) {
 		span := runs[lo:hi]
@@ -265,7 +299,7 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) 
 			ends = append(ends, batchEnd{key: key, fence: fence})
 		}
 		if len(again) > 0 {
-			for j, cmd := range r.runSpan(ctx, again) {
+			for j, cmd := range r.runSpan(context.WithoutCancel(ctx), again) {
 				if cmd.Err() == nil {
 					ends = append(ends, batchEnd{key: writes[again[j].entry].Key})
 				}
@@ -279,7 +313,7 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) 
 // releaseRun is the run of the batch release script of entry i, whose
 // lease key is lease.
 func releaseRun(i int, lease, token string) scriptRun {
-	return scriptRun{entry: i, script: batchReleaseScript, keys: []string{lease}, args: []any{token}}
+	return scriptRun{entry: i, script: batchReleaseScript, keys: []string{lease}, args: []any{token}, retry: true}
 }
 
 // announce wakes this Remote's Wait-ers of the keys of ends and publishes
@@ -351,6 +385,10 @@ type scriptRun struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	// retry is set for a run that is safe to send again after it timed
+	// out, whether or not it ran: all but acquisitions, which take a new
+	// lease under their token.
+	retry bool
 }
 
 // argBytes is what one argument of a command costs beside its bytes, in
@@ -398,28 +436,46 @@ func (r *Remote) runMany(ctx context.Context, runs []scriptRun, reads bool) []*r
 	return cmds
 }
 
-// runSpan runs every run with EVALSHA in one pipeline, within r.timeout, and
-// returns their commands in order. The runs that fail with NOSCRIPT (a
-// server restarted, failed over or flushed its scripts) are run once more,
-// in a second pipeline, after their scripts are loaded on every master; if
-// the loading fails, they fail with its error.
+// runSpan runs every run with EVALSHA in one pipeline, within r.timeout,
+// and returns their commands in order; the retryable runs that timed out
+// are sent once more, in a pipeline of their own, unless ctx has ended.
 func (r *Remote) runSpan(ctx context.Context, runs []scriptRun) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(runs))
 	if len(runs) == 0 {
 		return cmds
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
 	all := make([]int, len(runs))
 	for i := range all {
 		all[i] = i
 	}
-	r.evalSha(ctx, runs, all, cmds)
+	r.runRound(ctx, runs, all, cmds)
+	var again []int
+	for i, cmd := range cmds {
+		if runs[i].retry && timedOut(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 && ctx.Err() == nil {
+		r.runRound(ctx, runs, again, cmds)
+	}
+	return cmds
+}
+
+// runRound runs the runs at the given indexes with EVALSHA in one
+// pipeline, within r.timeout, putting their commands at the same indexes
+// of cmds. The runs that fail with NOSCRIPT (a server restarted, failed
+// over or flushed its scripts) are run once more, in a second pipeline,
+// after their scripts are loaded on every master; if the loading fails,
+// they fail with its error.
+func (r *Remote) runRound(ctx context.Context, runs []scriptRun, which []int, cmds []*redis.Cmd) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	r.evalSha(ctx, runs, which, cmds)
 
 	var again []int
 	var missing []*redis.Script
-	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	for _, i := range which {
+		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 			again = append(again, i)
 			if !slices.Contains(missing, runs[i].script) {
 				missing = append(missing, runs[i].script)
@@ -427,16 +483,15 @@ func (r *Remote) runSpan(ctx context.Context, runs []scriptRun) []*redis.Cmd {
 		}
 	}
 	if len(again) == 0 {
-		return cmds
+		return
 	}
 	if err := r.loadScripts(ctx, missing); err != nil {
 		for _, i := range again {
 			cmds[i].SetErr(fmt.Errorf("%w (loading the script: %w)", cmds[i].Err(), err))
 		}
-		return cmds
+		return
 	}
 	r.evalSha(ctx, runs, again, cmds)
-	return cmds
 }
 
 // evalSha runs the runs at the given indexes with EVALSHA in one pipeline,

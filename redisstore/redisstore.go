@@ -95,7 +95,10 @@
 // crosses a 1 Gb/s link in about 35 ms. go-redis
 // splits each pipeline by master on a Cluster: one round trip to each
 // master that holds some of its keys, all at once, MOVED and ASK followed.
-// A pipeline that fails fails only its entries. The runs that a server
+// A pipeline that fails fails only its entries. The entries of a pipeline
+// that timed out are sent once more, in a pipeline of their own, all but
+// acquisitions (AcquireMany), whose leases, which they may have taken, are
+// released and announced instead. The runs that a server
 // answers with NOSCRIPT (after a restart, a failover or SCRIPT FLUSH) are
 // sent once more, after the script is loaded on every master. Each key's
 // script is atomic, the batch is not. WriteReleaseMany's scripts announce

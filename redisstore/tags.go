@@ -45,7 +45,7 @@ func (r *Remote) TagVersions(ctx context.Context, tags []string) ([]uint64, erro
 	}
 	runs := make([]scriptRun, len(tags))
 	for i, tag := range tags {
-		runs[i] = scriptRun{entry: i, script: tagVersionScript, keys: []string{r.space.TagName(tag)}, args: []any{TagKeep.Milliseconds()}}
+		runs[i] = scriptRun{entry: i, script: tagVersionScript, keys: []string{r.space.TagName(tag)}, args: []any{TagKeep.Milliseconds()}, retry: true}
 	}
 	out := make([]uint64, len(tags))
 	for i, cmd := range r.runMany(ctx, runs, false) {
