@@ -26,6 +26,18 @@ func bigBatch() int {
 	return 100_000
 }
 
+// bigSlack is how many of TestGetManyHugeBatch's keys may fail to be
+// stored, and be loaded again by the second replica: none, but under the
+// race detector on a machine busy with other work, one pipeline of the
+// cold batch's acquisitions and one of its write-backs may miss the
+// default Timeout of 250 ms (their keys are then released, not stored).
+func bigSlack() int {
+	if raceOn {
+		return 2 * redisstore.DefaultBatchKeys
+	}
+	return 0
+}
+
 // bigReplica is a cache over its own Remote with the default Timeout
 // (250 ms) and a lease, as a user would set it up.
 func bigReplica(t *testing.T, client redis.UniversalClient, prefix string, n int) (*herd.Cache[string], *redisstore.Remote) {
@@ -112,8 +124,8 @@ func TestGetManyHugeBatch(t *testing.T) {
 
 	client := node.Client()
 	leases, values := leaseKeys(t, client, prefix)
-	if leases != 0 || values != n {
-		t.Errorf("after the write-backs Redis holds %d leases and %d values; want 0 and %d", leases, values, n)
+	if leases != 0 || values < n-bigSlack() {
+		t.Errorf("after the write-backs Redis holds %d leases and %d values; want 0 and %d (at least %d)", leases, values, n, n-bigSlack())
 	}
 
 	calls.Store(0)
@@ -126,7 +138,7 @@ func TestGetManyHugeBatch(t *testing.T) {
 		}
 	}
 	t.Logf("GetMany of the same keys on a second replica: %v, %d keys loaded in %d calls", time.Since(start), loaded.Load(), calls.Load())
-	if c := calls.Load(); c != 0 {
-		t.Errorf("the second replica called its loader %d times (%d keys); want 0", c, loaded.Load())
+	if got := loaded.Load(); got > int64(n-values) || calls.Load() > 0 && bigSlack() == 0 {
+		t.Errorf("the second replica loaded %d keys in %d calls; want %d (the keys Redis did not hold), 0 when it held them all", got, calls.Load(), n-values)
 	}
 }
