@@ -317,7 +317,9 @@ func releaseRun(i int, lease, token string) scriptRun {
 }
 
 // announce wakes this Remote's Wait-ers of the keys of ends and publishes
-// their batch notices in one pipeline, within r.timeout.
+// their batch notices in one pipeline, on ctx's values but not its end
+// (the loads have ended: other replicas' Wait-ers are waiting for them),
+// within r.timeout.
 func (r *Remote) announce(ctx context.Context, ends []batchEnd) {
 	if len(ends) == 0 {
 		return
@@ -327,7 +329,7 @@ func (r *Remote) announce(ctx context.Context, ends []batchEnd) {
 		r.wake(e.key)
 	}
 	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
 	msgs := formatBatchNotices(r.id, ends)
 	if len(msgs) == 1 {

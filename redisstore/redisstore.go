@@ -79,31 +79,31 @@
 // key's length in bytes, and every number a canonical decimal; a message
 // that does not parse is ignored whole.
 //
-// Batches. The batch calls ([herd.BatchStore], [herd.BatchLease], and
-// TagVersions) send their entries, in order, in pipelines of GETs
-// (LoadMany) or of one script run per key, one pipeline after another,
-// each within Timeout, so that a batch of any size fits: a pipeline holds
-// at most BatchKeys entries (128 by default) and BatchBytes bytes (4 MiB),
-// an entry larger than that alone. The bytes count what is sent and, for
-// LoadMany and AcquireMany, whose replies carry values, the mean length of
-// the values that the last such pipeline read (or half the mean before, if
-// that is more; BatchBytes/BatchKeys, 32 KiB, before the first read, and
-// twice the mean after a pipeline that timed out). 128 script runs take
-// well under a millisecond of Redis' time and a few of the client's, so
-// they fit the default Timeout of 250 ms on a loaded machine too (500 did
-// not always, on two busy cores under the race detector), and 4 MiB
-// crosses a 1 Gb/s link in about 35 ms. go-redis
+// Batches. The batch calls ([herd.BatchStore], [herd.BatchLease],
+// TagVersions, and AddHot in transactions) send their entries, in order,
+// in pipelines of GETs (LoadMany) or of one command or script run per key,
+// one pipeline after another, each within Timeout, so that a batch of any
+// size fits: a pipeline holds at most BatchKeys entries (128 by default)
+// and BatchBytes bytes (4 MiB), an entry larger than that alone. The bytes
+// count what is sent and, for LoadMany and AcquireMany, whose replies
+// carry values, the mean length of the values that the last such pipeline
+// read (or half the mean before, if that is more; BatchBytes/BatchKeys,
+// 32 KiB, before the first read, and twice the mean after a pipeline that
+// timed out). 128 script runs take well under a millisecond of Redis' time
+// and a few of the client's, so they fit the default Timeout of 250 ms on
+// a loaded machine too (500 did not always, on two busy cores under the
+// race detector), and 4 MiB crosses a 1 Gb/s link in about 35 ms. go-redis
 // splits each pipeline by master on a Cluster: one round trip to each
 // master that holds some of its keys, all at once, MOVED and ASK followed.
 // A pipeline that fails fails only its entries. The entries of a pipeline
 // that timed out are sent once more, in a pipeline of their own, all but
 // acquisitions (AcquireMany), whose leases, which they may have taken, are
-// released and announced instead. The runs that a server
-// answers with NOSCRIPT (after a restart, a failover or SCRIPT FLUSH) are
-// sent once more, after the script is loaded on every master. Each key's
-// script is atomic, the batch is not. WriteReleaseMany's scripts announce
-// nothing: once a pipeline has returned, its keys' changes and completions
-// are published in batch notices of at most 256 keys and 32 KiB each (one
+// released and announced instead. The runs that a server answers with
+// NOSCRIPT (after a restart, a failover or SCRIPT FLUSH) are sent once
+// more, after the script is loaded on every master. Each key's script is
+// atomic, the batch is not. WriteReleaseMany's scripts announce nothing:
+// once a pipeline has returned, its keys' changes and completions are
+// published in batch notices of at most 256 keys and 32 KiB each (one
 // PUBLISH, or one pipeline of them), so the notices of each pipeline
 // follow all of its writes, and a subscriber queues each batch notice as
 // one message.
@@ -115,12 +115,12 @@
 // carry no shebang flags, so Redis 7 lets them run when full and refuses
 // only their first write of a kind that takes memory (SET), which they
 // make with redis.pcall; deleting a lease and PUBLISH are allowed when
-// full. Release works when full. A command Redis refuses before running it
-// (a value longer than proto-max-bulk-len, after which Redis drops the
-// connection) runs nothing of its script: WriteRelease returns the error
-// and leaves the release to its caller, while
-// WriteReleaseMany releases each entry whose script failed once more with
-// the release script.
+// full. Release works when full. A command that Redis refuses before
+// running it (a value longer than proto-max-bulk-len, after which Redis
+// drops the connection) runs nothing of its script: WriteRelease returns
+// the error and leaves the release to its caller, while WriteReleaseMany
+// releases each entry whose script failed once more with the release
+// script.
 //
 // The fleet's hot set ([herd.HotSet]) is one sorted set per period,
 // <prefix>hot:{hot}:<period ms>:<number>, numbered by the replicas' clocks,
@@ -136,7 +136,7 @@
 // reloaded under the fence; an evicted lease may cost a second load beside
 // the first, whose write is then refused; an evicted fence key restarts
 // from the clock, so an older holder's write is refused, as above. (Under
-// noeviction, a full Redis refuses writes instead.)
+// noeviction, a full Redis refuses writes instead; see Refused writes.)
 //
 // Limits. Replication is asynchronous: a failover to a replica that had not
 // received the latest writes, or a restart without persistence, loses them,

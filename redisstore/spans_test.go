@@ -167,3 +167,34 @@ func TestBatchSpans(t *testing.T) {
 		}
 	}
 }
+
+// TestAddHotSpans checks that AddHot sends its reads in transactions of at
+// most BatchKeys keys, and that all of them count.
+func TestAddHotSpans(t *testing.T) {
+	t.Parallel()
+	n := redistest.Server(t)
+	c := n.Client()
+	r := newRemote(t, c, Options{BatchKeys: 10})
+	ctx := t.Context()
+	reads := map[string]uint64{}
+	for i := range 35 {
+		reads[fmt.Sprint("k", i)] = uint64(i + 1)
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddHot(ctx, reads, 100, time.Minute); err != nil {
+		t.Fatalf("AddHot: %v", err)
+	}
+	stats, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := commandCalls(t, stats); calls["exec"] != 4 || calls["zincrby"] != 35 {
+		t.Errorf("AddHot of 35 reads sent %d transactions and %d ZINCRBY; want 4 and 35", calls["exec"], calls["zincrby"])
+	}
+	hot, err := r.Hot(ctx, 100, time.Minute)
+	if err != nil || len(hot) != 35 || hot[0] != "k34" {
+		t.Errorf("Hot = %v, %v; want the 35 keys, k34 first", hot, err)
+	}
+}
