@@ -16,11 +16,12 @@ import (
 	"github.com/herdcache/herd/internal/notify"
 )
 
-// The batch calls send one pipeline each, which go-redis splits by master
-// on a Cluster (following MOVED and ASK), so a call costs one round trip per
-// server that holds some of its keys. Each entry is checked and answered as
-// the single call would check and answer it; an entry that fails leaves the
-// others alone.
+// The batch calls send pipelines of at most BatchKeys entries and
+// BatchBytes bytes, one after another (spans), each of which go-redis
+// splits by master on a Cluster (following MOVED and ASK), so a pipeline
+// costs one round trip per server that holds some of its keys. Each entry
+// is checked and answered as the single call would check and answer it; an
+// entry that fails leaves the others alone.
 
 var (
 	_ herd.BatchStore = (*Remote)(nil)

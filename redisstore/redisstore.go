@@ -60,7 +60,7 @@
 // above the version it replaces, since that one was left unused for
 // TagKeep, and below the start of any load that reads it. InvalidateTag is
 // one script on one key; the versions of the tags of a batch of values
-// are read in one pipeline.
+// are read in pipelines bounded as Batches (below) says.
 //
 // Change and completion notices go out with classic PUBLISH on
 // <prefix>events, which reaches subscribers on every node of a Cluster,
