@@ -27,27 +27,52 @@ func (r *Remote) hotKey(length time.Duration, n int64) string {
 }
 
 // AddHot adds reads to the current period's counts with ZINCRBY, trims
-// them to the limit keys read most and sets their TTL, in one transaction.
+// them to the limit keys read most and sets their TTL, in transactions
+// bounded as "Batches" in the package doc says (one for up to BatchKeys
+// reads), the last of which trims; it stops at the first that fails.
 func (r *Remote) AddHot(ctx context.Context, reads map[string]uint64, limit int, period time.Duration) error {
 	n, err := r.hotArgs("add hot keys", limit, period)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
 	key := r.hotKey(period, n)
-	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for k, v := range reads {
-			p.ZIncrBy(ctx, key, float64(v), k)
+	keys := slices.Collect(maps.Keys(reads))
+	last := false
+	for lo := 0; !last; {
+		hi, bytes := lo, 0
+		for hi < len(keys) && hi-lo < r.batchKeys {
+			b := len(keys[hi]) + 2*argBytes
+			if hi > lo && bytes+b > r.batchBytes {
+				break
+			}
+			bytes += b
+			hi++
 		}
-		p.ZRemRangeByRank(ctx, key, 0, int64(-limit-1))
-		p.PExpire(ctx, key, 3*period)
-		return nil
-	})
-	if err != nil {
-		return fail("add hot keys", key, err)
+		last = hi == len(keys)
+		if err := r.addHot(ctx, key, keys[lo:hi], reads, last, limit, period); err != nil {
+			return fail("add hot keys", key, err)
+		}
+		lo = hi
 	}
 	return nil
+}
+
+// addHot adds the reads of keys to the counts in key in one transaction,
+// within r.timeout; the last one also trims them and sets their TTL.
+func (r *Remote) addHot(ctx context.Context, key string, keys []string, reads map[string]uint64, last bool, limit int, period time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.ZIncrBy(ctx, key, float64(reads[k]), k)
+		}
+		if last {
+			p.ZRemRangeByRank(ctx, key, 0, int64(-limit-1))
+			p.PExpire(ctx, key, 3*period)
+		}
+		return nil
+	})
+	return err
 }
 
 // Hot reads the current and the last period's counts in one pipeline, at

@@ -60,7 +60,7 @@
 // above the version it replaces, since that one was left unused for
 // TagKeep, and below the start of any load that reads it. InvalidateTag is
 // one script on one key; the versions of the tags of a batch of values
-// are read in one pipeline.
+// are read in pipelines bounded as Batches (below) says.
 //
 // Change and completion notices go out with classic PUBLISH on
 // <prefix>events, which reaches subscribers on every node of a Cluster,
@@ -79,16 +79,48 @@
 // key's length in bytes, and every number a canonical decimal; a message
 // that does not parse is ignored whole.
 //
-// The batch calls ([herd.BatchStore], [herd.BatchLease]) send one pipeline
-// each, of GETs (LoadMany) or of one script run per key, which go-redis
-// splits by master on a Cluster: one round trip to each master that holds
-// some of the keys, all at once, MOVED and ASK followed. The runs that a
-// server answers with NOSCRIPT (after a restart, a failover or SCRIPT
-// FLUSH) are sent once more, after the script is loaded on every master.
-// Each key's script is atomic, the batch is not. WriteReleaseMany's scripts
-// announce nothing: once the pipeline has returned, one PUBLISH carries the
-// changes and completions of every key whose script answered, so the
-// notices of a batch follow all of its writes.
+// Batches. The batch calls ([herd.BatchStore], [herd.BatchLease],
+// TagVersions, and AddHot in transactions) send their entries, in order,
+// in pipelines of GETs (LoadMany) or of one command or script run per key,
+// one pipeline after another, each within Timeout, so that a batch of any
+// size fits: a pipeline holds at most BatchKeys entries (128 by default)
+// and BatchBytes bytes (4 MiB), an entry larger than that alone. The bytes
+// count what is sent and, for LoadMany and AcquireMany, whose replies
+// carry values, the mean length of the values that the last such pipeline
+// read (or half the mean before, if that is more; BatchBytes/BatchKeys,
+// 32 KiB, before the first read, and twice the mean after a pipeline that
+// timed out). 128 script runs take well under a millisecond of Redis' time
+// and a few of the client's, so they fit the default Timeout of 250 ms on
+// a loaded machine too (500 did not always, on two busy cores under the
+// race detector), and 4 MiB crosses a 1 Gb/s link in about 35 ms. go-redis
+// splits each pipeline by master on a Cluster: one round trip to each
+// master that holds some of its keys, all at once, MOVED and ASK followed.
+// A pipeline that fails fails only its entries. The entries of a pipeline
+// that timed out are sent once more, in a pipeline of their own, all but
+// acquisitions (AcquireMany), whose leases, which they may have taken, are
+// released and announced instead. The runs that a server answers with
+// NOSCRIPT (after a restart, a failover or SCRIPT FLUSH) are sent once
+// more, after the script is loaded on every master. Each key's script is
+// atomic, the batch is not. WriteReleaseMany's scripts announce nothing:
+// once a pipeline has returned, its keys' changes and completions are
+// published in batch notices of at most 256 keys and 32 KiB each (one
+// PUBLISH, or one pipeline of them), so the notices of each pipeline
+// follow all of its writes, and a subscriber queues each batch notice as
+// one message.
+//
+// Refused writes. A write-back (WriteRelease, WriteReleaseMany) whose SET
+// Redis refuses inside the script (OOM: maxmemory reached under
+// maxmemory-policy noeviction) still drops the lease and announces the
+// completion, and returns an error wrapping [ErrWriteFailed]: the scripts
+// carry no shebang flags, so Redis 7 lets them run when full and refuses
+// only their first write of a kind that takes memory (SET), which they
+// make with redis.pcall; deleting a lease and PUBLISH are allowed when
+// full. Release works when full. A command that Redis refuses before
+// running it (a value longer than proto-max-bulk-len, after which Redis
+// drops the connection) runs nothing of its script: WriteRelease returns
+// the error and leaves the release to its caller, while WriteReleaseMany
+// releases each entry whose script failed once more with the release
+// script.
 //
 // The fleet's hot set ([herd.HotSet]) is one sorted set per period,
 // <prefix>hot:{hot}:<period ms>:<number>, numbered by the replicas' clocks,
@@ -104,7 +136,7 @@
 // reloaded under the fence; an evicted lease may cost a second load beside
 // the first, whose write is then refused; an evicted fence key restarts
 // from the clock, so an older holder's write is refused, as above. (Under
-// noeviction, a full Redis refuses writes instead.)
+// noeviction, a full Redis refuses writes instead; see Refused writes.)
 //
 // Limits. Replication is asynchronous: a failover to a replica that had not
 // received the latest writes, or a restart without persistence, loses them,
@@ -119,6 +151,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -141,8 +174,10 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultPrefix  = "herd:"
-	DefaultTimeout = 250 * time.Millisecond
+	DefaultPrefix     = "herd:"
+	DefaultTimeout    = 250 * time.Millisecond
+	DefaultBatchKeys  = 128
+	DefaultBatchBytes = 4 << 20
 )
 
 // Fence key TTLs: a fence key lives max(the value's ttl, the lease's ttl,
@@ -152,8 +187,9 @@ const (
 	fenceMargin = 10 * time.Second
 )
 
-// subscribeQueue is how many notices a subscription queues for a slow fn
-// before it replaces them with one zero Notice: drop everything.
+// subscribeQueue is how many messages a subscription queues for a slow fn
+// (a message from the channel being one notice, or up to noticeRecords of
+// a batch) before it replaces them with one zero Notice: drop everything.
 const subscribeQueue = 1024
 
 // ErrClosed is returned, wrapped, by calls on a Remote after Close.
@@ -176,6 +212,15 @@ type Options struct {
 	// Timeout is the deadline of each Redis call, within the caller's own.
 	// Zero means DefaultTimeout (250ms); it must not be negative.
 	Timeout time.Duration
+	// BatchKeys bounds the keys of each pipeline that a batch call sends
+	// (see "Batches" in the package doc), so that each fits in Timeout.
+	// Zero means DefaultBatchKeys (128); it must not be negative.
+	BatchKeys int
+	// BatchBytes bounds the bytes of each pipeline that a batch call sends
+	// and, as estimated from the values read before, of its replies; a
+	// single larger entry goes alone. Zero means DefaultBatchBytes (4 MiB);
+	// it must not be negative.
+	BatchBytes int
 }
 
 // NewClient returns a client for o, like redis.NewUniversalClient, with
@@ -199,6 +244,12 @@ type Remote struct {
 	space   keyspace.Space
 	channel string
 	timeout time.Duration
+	// batchKeys and batchBytes bound each pipeline of a batch call.
+	batchKeys, batchBytes int
+	// valueBytes is the mean length of the values that the last pipeline
+	// of reads returned (at least 1; batchBytes/batchKeys before the
+	// first), by which the next one is sized (see learn).
+	valueBytes atomic.Int64
 	// id marks the completions this Remote announces (originLen hex digits):
 	// Release wakes this Remote's Wait-ers itself, so their echo on the
 	// channel is not counted a second time.
@@ -277,12 +328,23 @@ func New(o Options) (*Remote, error) {
 	case timeout == 0:
 		timeout = DefaultTimeout
 	}
+	batchKeys, batchBytes := o.BatchKeys, o.BatchBytes
+	switch {
+	case batchKeys < 0:
+		return nil, fmt.Errorf("redisstore: BatchKeys %d is negative", batchKeys)
+	case batchBytes < 0:
+		return nil, fmt.Errorf("redisstore: BatchBytes %d is negative", batchBytes)
+	}
+	batchKeys = cmp.Or(batchKeys, DefaultBatchKeys)
+	batchBytes = cmp.Or(batchBytes, DefaultBatchBytes)
 
 	r := &Remote{
 		client:      o.Client,
 		space:       space,
 		channel:     space.Channel(),
 		timeout:     timeout,
+		batchKeys:   batchKeys,
+		batchBytes:  batchBytes,
 		fenceFloor:  minFenceTTL,
 		fenceMargin: fenceMargin,
 		id:          newToken()[:originLen],
@@ -290,6 +352,7 @@ func New(o Options) (*Remote, error) {
 		ready:       make(chan struct{}),
 		subs:        make(map[*notify.Subscription]struct{}),
 	}
+	r.valueBytes.Store(int64(max(batchBytes/batchKeys, 1)))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// A failed SUBSCRIBE is retried by the PubSub's own reconnection loop.
@@ -421,7 +484,13 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 // WriteRelease does what Write and then Release do, in one script (one round
 // trip): it stores env under fence if fence is still key's current fence,
 // then drops key's lease if token still holds it, and in any case announces
-// the completion. It reports whether it wrote.
+// the completion. It reports whether it wrote. When Redis refuses the write
+// inside the script (OOM: maxmemory reached under noeviction), the lease
+// is still dropped and the completion announced, and the error wraps
+// [ErrWriteFailed]. Any other error means the script may not have run (a
+// value longer than Redis' proto-max-bulk-len is refused before it runs,
+// and Redis drops the connection): the caller releases with Release, which
+// reconnects.
 func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error) {
 	ms, err := r.prepare("write-release", key, env, ttl)
 	if err != nil {
@@ -436,15 +505,21 @@ func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	wrote, err := writeReleaseScript.Run(ctx, r.client, []string{n.Value, n.Fence, n.Lease},
-		strconv.FormatUint(fence, 10), ms, env, r.channel, key, token, r.id, r.fenceTTL(ms)).Int64()
+	res, err := writeReleaseScript.Run(ctx, r.client, []string{n.Value, n.Fence, n.Lease},
+		strconv.FormatUint(fence, 10), ms, env, r.channel, key, token, r.id, r.fenceTTL(ms)).Result()
 	if err != nil {
 		return false, fail("write-release", key, err)
 	}
 	r.mu.Lock()
 	r.wake(key)
 	r.mu.Unlock()
-	return wrote == 1, nil
+	switch res := res.(type) {
+	case int64:
+		return res == 1, nil
+	case string: // the script released, but Redis refused the write
+		return false, writeFailed(key, cmp.Or(res, "write failed"))
+	}
+	return false, fmt.Errorf("redisstore: write-release %q: unexpected reply %v (the lease was released)", key, res)
 }
 
 // Set advances key's fence, stores env under the new fence for ttl, announces
@@ -644,7 +719,8 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 // (refused writes are not announced), until stop is called. After the
 // shared subscription reconnects, fn gets the zero Notice: notices may have
 // been lost, drop everything. Notices are never waited for: each
-// subscription queues up to 1024 of them, and when a slow fn lets the
+// subscription queues up to 1024 messages from the channel (one notice
+// each, or the up to 256 of one batch notice), and when a slow fn lets the
 // queue fill, the queued notices are replaced by a single zero Notice.
 //
 // stop drops the notices still queued, waits until fn has returned and the

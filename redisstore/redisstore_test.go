@@ -518,6 +518,8 @@ func TestNewRejects(t *testing.T) {
 		{"BraceOpen", Options{Client: ok, Prefix: "app{"}, "braces"},
 		{"BraceClose", Options{Client: ok, Prefix: "}app:"}, "braces"},
 		{"NegativeTimeout", Options{Client: ok, Timeout: -time.Second}, "negative"},
+		{"NegativeBatchKeys", Options{Client: ok, BatchKeys: -1}, "BatchKeys -1 is negative"},
+		{"NegativeBatchBytes", Options{Client: ok, BatchBytes: -1}, "BatchBytes -1 is negative"},
 	} {
 		r, err := New(tc.o)
 		if err == nil {

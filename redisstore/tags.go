@@ -35,20 +35,20 @@ func (r *Remote) InvalidateTag(ctx context.Context, tag string) (uint64, error) 
 	return uint64(v), nil
 }
 
-// TagVersions returns the version of each tag, with one pipeline of one
-// script per tag (one round trip per master that holds some of them),
-// keeping each for TagKeep more; a tag without one gets the server's clock
-// less TagKeep.
+// TagVersions returns the version of each tag, with pipelines of one
+// script per tag, bounded as "Batches" in the package doc says (one round
+// trip per master that holds some of a pipeline's tags), keeping each for
+// TagKeep more; a tag without one gets the server's clock less TagKeep.
 func (r *Remote) TagVersions(ctx context.Context, tags []string) ([]uint64, error) {
 	if err := r.check("tag-versions", ""); err != nil {
 		return nil, err
 	}
 	runs := make([]scriptRun, len(tags))
 	for i, tag := range tags {
-		runs[i] = scriptRun{entry: i, script: tagVersionScript, keys: []string{r.space.TagName(tag)}, args: []any{TagKeep.Milliseconds()}}
+		runs[i] = scriptRun{entry: i, script: tagVersionScript, keys: []string{r.space.TagName(tag)}, args: []any{TagKeep.Milliseconds()}, retry: true}
 	}
 	out := make([]uint64, len(tags))
-	for i, cmd := range r.runMany(ctx, runs) {
+	for i, cmd := range r.runMany(ctx, runs, false) {
 		v, err := cmd.Int64()
 		if err != nil {
 			return nil, fail("tag-versions", tags[i], fmt.Errorf("tag %q: %w", tags[i], err))

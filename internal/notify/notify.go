@@ -18,24 +18,26 @@ type Notice struct {
 // into fn. Its methods are safe for concurrent use.
 type Subscription struct {
 	fn   func(Notice)
-	max  int           // most notices queue holds, at least 1
+	max  int           // most messages queue holds, at least 1
 	wake chan struct{} // holds a token when queue may be non-empty
 	quit chan struct{} // closed by Stop
 	done chan struct{} // closed when run has returned
 	once sync.Once     // closes quit
 
 	mu sync.Mutex
-	// queue holds the notices not yet handed to fn, oldest first, never more
-	// than max of them.
-	queue []Notice
+	// queue holds the messages not yet handed to fn, oldest first, never
+	// more than max of them: each is the notices of one Push or PushAll,
+	// which no one changes once queued.
+	queue [][]Notice
 	// overflowed is set while queue is the single zero Notice that replaced
 	// a full queue: it stands for every later change until fn takes it.
 	overflowed bool
 }
 
 // Start starts a goroutine that calls fn with each pushed notice, in order,
-// until Stop is called. Up to queue notices wait for a slow fn; a push to a
-// full queue replaces the queued notices with one zero Notice, which then
+// until Stop is called. Up to queue messages wait for a slow fn, a message
+// being the notice of one Push or the notices of one PushAll; a push to a
+// full queue replaces the queued messages with one zero Notice, which then
 // absorbs every push until fn takes it. A queue below 1 counts as 1.
 func Start(fn func(Notice), queue int) *Subscription {
 	s := &Subscription{
@@ -49,17 +51,26 @@ func Start(fn func(Notice), queue int) *Subscription {
 	return s
 }
 
-// Push queues n for fn without blocking. After Stop it does nothing that
-// fn will see.
-func (s *Subscription) Push(n Notice) {
+// Push queues n for fn, as one message, without blocking. After Stop it
+// does nothing that fn will see.
+func (s *Subscription) Push(n Notice) { s.PushAll([]Notice{n}) }
+
+// PushAll queues ns for fn, in order, as one message, without blocking;
+// ns must not be changed afterwards (several subscriptions may share it).
+// An empty ns queues nothing. After Stop it does nothing that fn will see.
+func (s *Subscription) PushAll(ns []Notice) {
+	if len(ns) == 0 {
+		return
+	}
 	s.mu.Lock()
 	switch {
 	case s.overflowed:
 	case len(s.queue) >= s.max:
-		s.queue = append(s.queue[:0], Notice{})
+		clear(s.queue)
+		s.queue = append(s.queue[:0], []Notice{{}})
 		s.overflowed = true
 	default:
-		s.queue = append(s.queue, n)
+		s.queue = append(s.queue, ns)
 	}
 	s.mu.Unlock()
 	select {
@@ -79,7 +90,7 @@ func (s *Subscription) Stop() {
 // run hands queued notices to fn until quit is closed.
 func (s *Subscription) run() {
 	defer close(s.done)
-	var batch []Notice
+	var batch [][]Notice
 	for {
 		select {
 		case <-s.quit:
@@ -90,13 +101,15 @@ func (s *Subscription) run() {
 		batch, s.queue = s.queue, batch[:0]
 		s.overflowed = false
 		s.mu.Unlock()
-		for _, n := range batch {
-			select {
-			case <-s.quit:
-				return
-			default:
+		for _, m := range batch {
+			for _, n := range m {
+				select {
+				case <-s.quit:
+					return
+				default:
+				}
+				s.fn(n)
 			}
-			s.fn(n)
 		}
 		clear(batch)
 	}

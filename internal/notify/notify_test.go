@@ -185,3 +185,51 @@ func TestStopIdle(t *testing.T) {
 		}
 	})
 }
+
+// TestPushAll checks that the notices of one PushAll take one place in the
+// queue, however many they are, and reach fn in order between the pushes
+// before and after them; and that the queue overflows by messages.
+func TestPushAll(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		queue    int
+		messages int // PushAll calls of 1,000 notices each, while fn is held
+		overflow bool
+	}{
+		{"one batch", 1, 1, false},
+		{"full", 3, 3, false},
+		{"one over", 3, 4, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				k := newSink("first")
+				s := Start(k.fn, tc.queue)
+				defer s.Stop()
+
+				s.Push(Notice{Key: "first", Fence: 7})
+				synctest.Wait()
+				var want []Notice
+				for m := range tc.messages {
+					ns := fenced(keys(fmt.Sprint("m", m, "k"), 1000)...)
+					s.PushAll(ns)
+					want = append(want, ns...)
+				}
+				s.PushAll(nil) // nothing: not a message
+				if tc.overflow {
+					want = []Notice{{}}
+				}
+				close(k.release)
+				synctest.Wait()
+				s.Push(Notice{Key: "after", Fence: 9})
+				synctest.Wait()
+
+				want = append([]Notice{{Key: "first", Fence: 7}}, want...)
+				want = append(want, Notice{Key: "after", Fence: 9})
+				got := k.drain()
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("notices (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}

@@ -166,6 +166,19 @@ local function put(v, env, fence, ttl)
   redis.call('SETRANGE', v, FENCE, be64(tonumber(fence)))
 end
 
+-- tryput does what put does, but when Redis refuses the SET (OOM: a full
+-- Redis under noeviction refuses a script's first write that takes memory)
+-- it returns the error message instead of ending the script, having
+-- changed nothing; it returns nil once it has stored.
+local function tryput(v, env, fence, ttl)
+  local res = redis.pcall('SET', v, env, 'PX', ttl)
+  if type(res) == 'table' and res.err then
+    return res.err
+  end
+  redis.call('SETRANGE', v, FENCE, be64(tonumber(fence)))
+  return nil
+end
+
 -- store does what put does and announces the change on ch for key.
 local function store(v, env, fence, ttl, ch, key)
   put(v, env, fence, ttl)
