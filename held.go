@@ -122,7 +122,7 @@ func (s *leaseSet) lost(h *heldLease) {
 
 // watchSet starts s's watchdog once s holds a lease: every LeaseTTL/3 it
 // extends the leases still held, in one call when the Lease is a
-// [BatchLease], each round bounded by LeaseTTL/6, until closeSet, ctx
+// [BatchLease], each round bounded by extendBudget, until closeSet, ctx
 // (bounded by the loads' own deadline) ends or the cache closes. A load
 // that lost its lease may finish, but its write is fenced.
 func (c *Cache[V]) watchSet(ctx context.Context, s *leaseSet) {
@@ -161,7 +161,7 @@ func (c *Cache[V]) extendSet(ctx context.Context, s *leaseSet) {
 		return // a batch may take more leases, for losers that come to load
 	}
 	ttl := c.cfg.LeaseTTL
-	ectx, cancel := context.WithTimeout(ctx, ttl/6)
+	ectx, cancel := context.WithTimeout(ctx, extendBudget(ttl, len(hs)))
 	defer cancel()
 	sent := c.clk.now()
 	outs := make([]Outcome, len(hs))
@@ -192,6 +192,18 @@ func (c *Cache[V]) extendSet(ctx context.Context, s *leaseSet) {
 		}
 	}
 }
+
+// extendBudget is how long one round of a watchdog may take to extend n
+// leases with a lease TTL of ttl: ttl/6, and as much again for every
+// further extendPerBudget leases, since a Store sends a large batch in
+// several pipelines one after another; never more than ttl/2, so that the
+// round ends before the leases it could not extend lapse.
+func extendBudget(ttl time.Duration, n int) time.Duration {
+	return min(ttl/6*time.Duration(1+(n-1)/extendPerBudget), ttl/2)
+}
+
+// extendPerBudget is how many leases one ttl/6 of a watchdog's round is for.
+const extendPerBudget = 1024
 
 // flushSet sends the ends of s's leases recorded so far.
 func (c *Cache[V]) flushSet(ctx context.Context, s *leaseSet) {
