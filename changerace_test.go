@@ -514,20 +514,20 @@ func TestChangeRaceLeaseWait(t *testing.T) {
 	var ty raceTally
 	for i := 0; i < n && !ty.enough(); i++ {
 		ctx, cancel := trialCtx(t)
-		ty.add(i, leaseWaitTrial(ctx, waiter, holder, rec, fmt.Sprintf("k%d", i), vs, waiter, false, nil, nil))
+		ty.add(i, leaseWaitTrial(ctx, waiter, holder, rec, fmt.Sprintf("k%d", i), vs, raceReaders, waiter, false, nil, nil))
 		cancel()
 	}
 	ty.judge(t, "e: a Get waiting on a lease holder when InvalidateAll ran, over memory.Remote with a Lease")
 }
 
 // leaseWaitTrial has holder take key's lease with a load gated until the
-// end of the trial, raceReaders Gets of key on waiter meet the lease held,
+// end of the trial, readers Gets of key on waiter meet the lease held,
 // and changer run InvalidateAll then: at once, or once before returns
 // (pause: while the waiter is held at the contention, before it waits,
 // unless InvalidateAll waits for it: see runChange, with settle).
 // It returns the Gets that ended
 // in an error, or in a version drawn before InvalidateAll began.
-func leaseWaitTrial(ctx context.Context, waiter, holder *herd.Cache[int], rec *contention, key string, vs *versions, changer *herd.Cache[int], pause bool, before, settle func()) (bad []string) {
+func leaseWaitTrial(ctx context.Context, waiter, holder *herd.Cache[int], rec *contention, key string, vs *versions, readers int, changer *herd.Cache[int], pause bool, before, settle func()) (bad []string) {
 	loading, gate := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
 	go func() {
@@ -558,8 +558,8 @@ func leaseWaitTrial(ctx context.Context, waiter, holder *herd.Cache[int], rec *c
 		err error
 		in  time.Duration
 	}
-	results := make(chan res, raceReaders)
-	for range raceReaders {
+	results := make(chan res, readers)
+	for range readers {
 		go func() {
 			t0 := time.Now()
 			v, err := waiter.Get(ctx, key, vs.load)
@@ -587,7 +587,7 @@ func leaseWaitTrial(ctx context.Context, waiter, holder *herd.Cache[int], rec *c
 	if err != nil {
 		return []string{fmt.Sprintf("InvalidateAll: %v", err)}
 	}
-	for range raceReaders {
+	for range readers {
 		r := <-results
 		switch {
 		case errors.Is(r.err, herd.ErrLeaseTimeout):
@@ -865,11 +865,9 @@ func TestChangeRaceForcedLeaseWait(t *testing.T) {
 				if tc.others {
 					changer = raceReplica(t, rg, r, time.Minute, time.Minute, tune)
 				}
-				var before func()
-				if !tc.pause {
-					before = synctest.Wait // every Get of the waiter waits
-				}
-				for _, b := range leaseWaitTrial(ctx, waiter, holder, rec, "k", &versions{}, changer, tc.pause, before, synctest.Wait) {
+				// Before InvalidateAll, every Get of the waiter has joined
+				// the load that met the lease held: paused there, or waiting.
+				for _, b := range leaseWaitTrial(ctx, waiter, holder, rec, "k", &versions{}, raceReaders, changer, tc.pause, synctest.Wait, synctest.Wait) {
 					t.Error(b)
 				}
 			})

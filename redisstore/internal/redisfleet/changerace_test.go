@@ -526,20 +526,20 @@ func TestChangeRaceLeaseWait(t *testing.T) {
 	var ty raceTally
 	for i := 0; i < n && !ty.enough(); i++ {
 		ctx, cancel := trialCtx(t)
-		ty.add(i, leaseWaitTrial(ctx, waiter, holder, rec, fmt.Sprintf("k%d", i), vs, waiter, false, nil, nil))
+		ty.add(i, leaseWaitTrial(ctx, waiter, holder, rec, fmt.Sprintf("k%d", i), vs, raceReaders, waiter, false, nil, nil))
 		cancel()
 	}
 	ty.judge(t, "e: a Get waiting on a lease holder when InvalidateAll ran, over redisstore with a Lease")
 }
 
 // leaseWaitTrial has holder take key's lease with a load gated until the
-// end of the trial, raceReaders Gets of key on waiter meet the lease held,
+// end of the trial, readers Gets of key on waiter meet the lease held,
 // and changer run InvalidateAll then: at once, or once before returns
 // (pause: while the waiter is held at the contention, before it waits,
 // unless InvalidateAll waits for it: see runChange, with settle).
 // It returns the Gets that ended
 // in an error, or in a version drawn before InvalidateAll began.
-func leaseWaitTrial(ctx context.Context, waiter, holder *herd.Cache[int], rec *contention, key string, vs *versions, changer *herd.Cache[int], pause bool, before, settle func()) (bad []string) {
+func leaseWaitTrial(ctx context.Context, waiter, holder *herd.Cache[int], rec *contention, key string, vs *versions, readers int, changer *herd.Cache[int], pause bool, before, settle func()) (bad []string) {
 	loading, gate := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
 	go func() {
@@ -570,8 +570,8 @@ func leaseWaitTrial(ctx context.Context, waiter, holder *herd.Cache[int], rec *c
 		err error
 		in  time.Duration
 	}
-	results := make(chan res, raceReaders)
-	for range raceReaders {
+	results := make(chan res, readers)
+	for range readers {
 		go func() {
 			t0 := time.Now()
 			v, err := waiter.Get(ctx, key, vs.load)
@@ -599,7 +599,7 @@ func leaseWaitTrial(ctx context.Context, waiter, holder *herd.Cache[int], rec *c
 	if err != nil {
 		return []string{fmt.Sprintf("InvalidateAll: %v", err)}
 	}
-	for range raceReaders {
+	for range readers {
 		r := <-results
 		switch {
 		case errors.Is(r.err, herd.ErrLeaseTimeout):
@@ -851,10 +851,12 @@ func TestChangeRaceForcedReload(t *testing.T) {
 	}
 }
 
-// e forced: InvalidateAll runs while the waiter has been told the lease is
-// held and has not begun to wait (paused at the contention), on the
-// waiter and on a third replica; every Get ends in a load of the waiter,
-// not in ErrLeaseTimeout.
+// e forced: InvalidateAll runs while the waiter's one Get has been told
+// the lease is held and has not begun to wait (paused at the contention),
+// on the waiter and on a third replica; the Get ends in a load of the
+// waiter, not in ErrLeaseTimeout. The order is forced; whether the
+// notice of InvalidateAll wakes the waiter once it waits depends on when
+// it comes back from Redis, so today's code fails this only mostly.
 func TestChangeRaceForcedLeaseWait(t *testing.T) {
 	node := redistest.Server(t)
 	for _, others := range []bool{false, true} {
@@ -873,7 +875,7 @@ func TestChangeRaceForcedLeaseWait(t *testing.T) {
 			if others {
 				changer = raceReplica(t, rg, raceRemote(t, node, prefix), time.Minute, time.Minute, tune)
 			}
-			for _, b := range leaseWaitTrial(ctx, waiter, holder, rec, "k", &versions{}, changer, true, nil, nil) {
+			for _, b := range leaseWaitTrial(ctx, waiter, holder, rec, "k", &versions{}, 1, changer, true, nil, nil) {
 				t.Error(b)
 			}
 		})
