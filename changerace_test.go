@@ -30,6 +30,13 @@ import (
 // that begins after the change returned must be served a version drawn
 // after the change began. HERD_TRIALS sets the number of trials of each
 // case (the default keeps the file fast under -race).
+//
+// The Forced tests make one interleaving happen, in a bubble, with a Store
+// wrapper that holds a read of the Store, or the notices, and a Recorder
+// that pauses at a lease contention: a, b and d (a read begun before the
+// change answers after it), c (the change's own notice comes back while
+// the next load runs) and e (InvalidateAll while every Get is told the
+// lease is held, before they wait).
 
 const (
 	// raceReaders read the key while the change runs.

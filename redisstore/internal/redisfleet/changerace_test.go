@@ -30,6 +30,14 @@ import (
 // that begins after the change returned must be served a version drawn
 // after the change began. HERD_TRIALS sets the number of trials of each
 // case (the default keeps the file fast under -race).
+//
+// The Forced tests make one interleaving happen with a Store wrapper that
+// holds a read of the Store, or the notices, and a Recorder that pauses at
+// a lease contention: a, b and d (a read begun before the change answers
+// after it), c (the change's own notice comes back while the next load
+// runs) fail on every run of today's code; e (InvalidateAll while a Get is
+// told the lease is held, before it waits) is ordered the same way, but
+// whether the notice from Redis wakes the waiter is left to timing.
 
 const (
 	// raceReaders read the key while the change runs.
@@ -407,7 +415,7 @@ func TestChangeRaceInvalidateAll(t *testing.T) {
 // d. After MarkStale(k) returns, GetIfPresent(k) never reports the value as
 // fresh and a NoStale Get never serves it.
 func TestChangeRaceMarkStale(t *testing.T) {
-	n := raceTrials(t, 100)
+	n := raceTrials(t, 50) // today a NoStale Get after MarkStale may wait long on its own refresh
 	node := redistest.Server(t)
 	for _, rg := range raceRigs {
 		t.Run(rg.name, func(t *testing.T) { runRace(t, node, rg, raceMarkStale, n) })
