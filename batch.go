@@ -818,6 +818,7 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 		reads[i].gen, reads[i].puts = c.gens.get(f.key)
 	}
 	var got []Loaded
+	at := c.brk.at()
 	if bs, ok := c.cfg.Store.(BatchStore); ok {
 		got = bs.LoadMany(ctx, keys)
 	} else {
@@ -826,7 +827,7 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 			got[i].Value, got[i].Err = c.cfg.Store.Load(ctx, k)
 		}
 	}
-	c.remoteDone(ctx, firstErr(got, func(l Loaded) error { return l.Err }))
+	c.remoteDone(ctx, at, firstErr(got, func(l Loaded) error { return l.Err }))
 	envs := make([][]byte, len(got))
 	for i, l := range got {
 		envs[i] = l.Value
@@ -853,6 +854,7 @@ func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquir
 	}
 	ttl := c.cfg.LeaseTTL
 	var got []Acquired
+	at := c.brk.at()
 	if bl, ok := c.cfg.Lease.(BatchLease); ok {
 		got = bl.AcquireMany(ctx, reqs, ttl)
 	} else {
@@ -864,7 +866,7 @@ func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquir
 			}
 		}
 	}
-	c.remoteDone(ctx, firstErr(got, func(a Acquired) error { return a.Err }))
+	c.remoteDone(ctx, at, firstErr(got, func(a Acquired) error { return a.Err }))
 	envs := make([][]byte, 0, 2*len(got))
 	for _, a := range got {
 		envs = append(envs, a.Value, a.Stale)
@@ -974,6 +976,7 @@ func (c *Cache[V]) extendMany(ctx context.Context, b *leaseBatch) bool {
 	ectx, cancel := context.WithTimeout(ctx, ttl/6)
 	defer cancel()
 	outs := make([]Outcome, len(hs))
+	at := c.brk.at()
 	if bl, ok := c.cfg.Lease.(BatchLease); ok {
 		keys := make([]HeldKey, len(hs))
 		for i, h := range hs {
@@ -985,7 +988,7 @@ func (c *Cache[V]) extendMany(ctx context.Context, b *leaseBatch) bool {
 			outs[i].OK, outs[i].Err = c.cfg.Lease.Extend(ectx, h.key, h.token, ttl)
 		}
 	}
-	c.remoteDone(ectx, firstErr(outs, func(o Outcome) error { return o.Err }))
+	c.remoteDone(ectx, at, firstErr(outs, func(o Outcome) error { return o.Err }))
 	for i, o := range outs {
 		if !c.extended(hs[i].key, o.OK, o.Err) {
 			b.lost(hs[i])
@@ -1001,6 +1004,7 @@ func (c *Cache[V]) flushEnds(ctx context.Context, ends []leaseEnd) {
 		rctx, cancel := c.remoteCtx(ctx)
 		defer cancel()
 		outs := make([]Outcome, len(ends))
+		at := c.brk.at()
 		if bl, ok := c.cfg.Lease.(BatchLease); ok {
 			writes := make([]HeldWrite, len(ends))
 			for i, e := range ends {
@@ -1016,7 +1020,7 @@ func (c *Cache[V]) flushEnds(ctx context.Context, ends []leaseEnd) {
 				outs[i].OK, outs[i].Err = c.writeRelease(rctx, e.h, e.env, e.ttl)
 			}
 		}
-		c.remoteDone(rctx, firstErr(outs, func(o Outcome) error { return o.Err }))
+		c.remoteDone(rctx, at, firstErr(outs, func(o Outcome) error { return o.Err }))
 		for i, e := range ends {
 			c.leaseEnded(e, outs[i].OK, outs[i].Err)
 		}

@@ -49,8 +49,9 @@ type attempt[V any] struct {
 // it, its own release. The error
 // is the caller's context ending; a remote failure is an outcome.
 func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attempt[V], error) {
+	at := c.brk.at()
 	g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, after))
-	c.remoteDone(ctx, err)
+	c.remoteDone(ctx, at, err)
 	c.fetchTags(ctx, g.Value)
 	return c.grantAttempt(ctx, key, g, err)
 }
@@ -68,8 +69,9 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err er
 		if ok && !c.usable(e) {
 			// A tag retired it: ask once more, for a newer value or the
 			// lease; a value retired again is loaded over, unfenced.
+			at := c.brk.at()
 			g, err = c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, e.soft))
-			c.remoteDone(ctx, err)
+			c.remoteDone(ctx, at, err)
 			if err != nil || g.Value == nil {
 				return c.grantAttempt(ctx, key, g, err)
 			}
@@ -163,6 +165,7 @@ func (c *Cache[V]) waitHolder(ctx context.Context, key string, until int64) (att
 func (c *Cache[V]) waitNotice(ctx context.Context, key string, d time.Duration) (bool, error) {
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	at := c.brk.at()
 	err := c.cfg.Lease.Wait(wctx, key)
 	switch {
 	case err == nil:
@@ -170,7 +173,7 @@ func (c *Cache[V]) waitNotice(ctx context.Context, key string, d time.Duration) 
 	case ctx.Err() != nil:
 		return false, fmt.Errorf("herd: %w", ctx.Err())
 	case !errors.Is(err, context.DeadlineExceeded):
-		c.remoteDone(ctx, err) // the tier failed; a timeout is no failure
+		c.remoteDone(ctx, at, err) // the tier failed; a timeout is no failure
 	}
 	return false, nil
 }
@@ -241,14 +244,15 @@ func (c *Cache[V]) endLease(ctx context.Context, h *heldLease, env []byte, ttl t
 	c.goBackground(func() {
 		rctx, cancel := c.remoteCtx(ctx)
 		defer cancel()
+		at := c.brk.at()
 		if env == nil {
 			err := c.cfg.Lease.Release(rctx, h.key, h.token)
-			c.remoteDone(rctx, err)
+			c.remoteDone(rctx, at, err)
 			c.leaseEnded(end, false, err)
 			return
 		}
 		wrote, err := c.writeRelease(rctx, h, env, ttl)
-		c.remoteDone(rctx, err)
+		c.remoteDone(rctx, at, err)
 		c.leaseEnded(end, wrote, err)
 	})
 }
@@ -292,8 +296,9 @@ func (c *Cache[V]) watchdog(ctx context.Context, key, token string) (stop func()
 	return c.everyThird(ctx, func() bool {
 		ectx, cancel := context.WithTimeout(ctx, ttl/6)
 		defer cancel()
+		at := c.brk.at()
 		ok, err := c.cfg.Lease.Extend(ectx, key, token, ttl)
-		c.remoteDone(ectx, err)
+		c.remoteDone(ectx, at, err)
 		return c.extended(key, ok, err)
 	})
 }

@@ -461,8 +461,9 @@ func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLeas
 func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	r := remoteRead[V]{done: true}
 	r.gen, r.puts = c.gens.get(key)
+	at := c.brk.at()
 	env, err := c.cfg.Store.Load(ctx, key)
-	c.remoteDone(ctx, err)
+	c.remoteDone(ctx, at, err)
 	c.fetchTags(ctx, env)
 	c.readOf(&r, key, env, err)
 	return r

@@ -177,8 +177,9 @@ func (c *Cache[V]) learnTags(ctx context.Context, tags []string) {
 	}
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
+	at := c.brk.at()
 	vs, err := tg.TagVersions(ctx, tags)
-	c.remoteDone(ctx, err)
+	c.remoteDone(ctx, at, err)
 	if err != nil || len(vs) != len(tags) {
 		return
 	}
