@@ -73,9 +73,11 @@
 //   - Errors are never cached; only [ErrNotFound] is, and only when
 //     [Options.NegativeTTL] is set.
 //   - A replica cut off from the Store (its breaker open: see
-//     [Options.BreakerThreshold]) starts no Store or Lease call, tag
-//     versions included, but one probe per [Options.BreakerCooldown];
-//     calls already under way finish. Meanwhile it serves each local copy
+//     [Options.BreakerThreshold]) makes no Store or Lease call for its
+//     readers, tag versions included, but one probe per
+//     [Options.BreakerCooldown]; only what was under way when it opened
+//     goes on (a running load's lease extension, release and write-back, a
+//     lease loser's wait). Meanwhile it serves each local copy
 //     it holds as if no change could have been missed, past NearTTL and
 //     past 2×NearTTL alike: fresh until its soft TTL, then stale (unless
 //     NoStale) until its hard TTL, never past it. So a cut-off replica may
