@@ -386,20 +386,22 @@ func (c *Cache[V]) remoteChange(ctx context.Context, op, key string, call func()
 	if !c.brk.allow() {
 		return fmt.Errorf("%w: %s %q: breaker open", ErrDegraded, op, key)
 	}
+	at := c.brk.at()
 	err := call()
-	c.remoteDone(ctx, err)
+	c.remoteDone(ctx, at, err)
 	if err != nil {
 		return fmt.Errorf("%w: %s %q: %w", ErrDegraded, op, key, err)
 	}
 	return nil
 }
 
-// remoteDone records the outcome of a remote call for the breaker and the stats.
-func (c *Cache[V]) remoteDone(ctx context.Context, err error) {
+// remoteDone records the outcome of a remote call that began in the
+// breaker's epoch at for the breaker and the stats.
+func (c *Cache[V]) remoteDone(ctx context.Context, at epoch, err error) {
 	if err != nil {
 		c.st.remoteErrors.add(1)
 	}
-	c.brk.record(ctx, err)
+	c.brk.record(ctx, at, err)
 }
 
 func (c *Cache[V]) served(e *entry[V]) (V, error) { return e.result() }

@@ -80,6 +80,35 @@
 //     stale value is a miss, and a failed load returns its error.
 //   - Errors are never cached; only [ErrNotFound] is, and only when
 //     [Options.NegativeTTL] is set.
+//   - A replica cut off from the Store (its breaker open: see
+//     [Options.BreakerThreshold]) makes no Store or Lease call for its
+//     readers, tag versions included, but one probe per
+//     [Options.BreakerCooldown]; only what was under way when it opened
+//     goes on (a running load's lease extension, release and write-back, a
+//     lease loser's wait). Meanwhile it serves each local copy
+//     it holds as if no change could have been missed, past NearTTL and
+//     past 2×NearTTL alike: fresh until its soft TTL, then stale (unless
+//     NoStale) until its hard TTL, never past it. So a cut-off replica may
+//     serve a value up to its hard TTL after it was loaded or read from
+//     the Store, blind to every Set, Invalidate, InvalidateTag and
+//     MarkStale made on other replicas since. Its own Set, Invalidate and
+//     MarkStale drop its local copy and return an error wrapping
+//     [ErrDegraded], leaving the Store, and so the other replicas' copies,
+//     as they were. Misses and refreshes load once per key per replica (in
+//     process coalescing, no lease), and their values go to the local tier
+//     only: a fleet of N cut-off replicas loads a key up to N times per
+//     expiry. A load whose tags' versions the replica does not know is
+//     served to its callers and cached nowhere. When a probe is due, the
+//     readers of a copy that is past NearTTL (or superseded, or older than
+//     the last lost notice) join the flight that makes it and wait for it,
+//     at most the Store's call timeout, and get the copy if the probe
+//     fails. A failure counts towards opening the breaker only if its call
+//     began after the breaker last changed state and after the last
+//     failure counted, so the calls that a probe's success or one stall of
+//     the server overtakes do not open it again. Once a probe succeeds the
+//     breaker closes, and every local copy put before is read again from
+//     the Store on its reader's path (one read per key, shared) before it
+//     is served.
 //
 // Fencing holds while the Store keeps the writes it acknowledged; see the
 // Store implementation for what that requires of its servers.

@@ -751,8 +751,9 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 			}
 			rctx, cancel := c.remoteCtx(ctx)
 			defer cancel()
+			at := c.brk.at()
 			f, err := c.cfg.Store.Set(rctx, key, env, ttl)
-			c.remoteDone(rctx, err)
+			c.remoteDone(rctx, at, err)
 			c.writeBackFailed(key, err)
 			if err == nil {
 				e.fence.Store(f)

@@ -163,7 +163,7 @@ func (c *Cache[V]) extendSet(ctx context.Context, s *leaseSet) {
 	ttl := c.cfg.LeaseTTL
 	ectx, cancel := context.WithTimeout(ctx, extendBudget(ttl, len(hs)))
 	defer cancel()
-	sent := c.clk.now()
+	sent, at := c.clk.now(), c.brk.at()
 	outs := make([]Outcome, len(hs))
 	if bl, ok := c.cfg.Lease.(BatchLease); ok && len(hs) > 1 {
 		keys := make([]HeldKey, len(hs))
@@ -176,7 +176,7 @@ func (c *Cache[V]) extendSet(ctx context.Context, s *leaseSet) {
 			outs[i].OK, outs[i].Err = c.cfg.Lease.Extend(ectx, h.key, h.token, ttl)
 		}
 	}
-	c.remoteDone(ectx, firstErr(outs, func(o Outcome) error { return o.Err }))
+	c.remoteDone(ectx, at, firstErr(outs, func(o Outcome) error { return o.Err }))
 	for i, o := range outs {
 		h := hs[i]
 		switch {
@@ -262,6 +262,7 @@ func (c *Cache[V]) sendEnds(ctx context.Context, ends []leaseEnd) {
 // the breaker.
 func (c *Cache[V]) endLeases(ctx context.Context, ends []leaseEnd) []Outcome {
 	outs := make([]Outcome, len(ends))
+	at := c.brk.at()
 	if bl, ok := c.cfg.Lease.(BatchLease); ok && len(ends) > 1 {
 		writes := make([]HeldWrite, len(ends))
 		for i, e := range ends {
@@ -277,7 +278,7 @@ func (c *Cache[V]) endLeases(ctx context.Context, ends []leaseEnd) []Outcome {
 			outs[i].OK, outs[i].Err = c.writeRelease(ctx, e.h, e.env, e.ttl)
 		}
 	}
-	c.remoteDone(ctx, firstErr(outs, func(o Outcome) error { return o.Err }))
+	c.remoteDone(ctx, at, firstErr(outs, func(o Outcome) error { return o.Err }))
 	return outs
 }
 

@@ -48,9 +48,9 @@ func (a attempt[V]) giveUp() { a.watch.stop() }
 // failure is an outcome.
 func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attempt[V], error) {
 	w, told := c.watch(key), c.watch(key)
-	sent := c.clk.now()
+	sent, at := c.clk.now(), c.brk.at()
 	g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, after))
-	c.remoteDone(ctx, err)
+	c.remoteDone(ctx, at, err)
 	c.fetchTags(ctx, g.Value)
 	a, err := c.grantAttempt(ctx, key, g, err, sent, told)
 	if a.outcome == leaseHeld {
@@ -115,9 +115,9 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err er
 func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g Grant, sent int64) (attempt[V], error) {
 	e, ok := c.decode(key, g.Value)
 	if ok && !c.usable(e) {
-		told := c.watch(key)
+		told, at := c.watch(key), c.brk.at()
 		g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, e.soft))
-		c.remoteDone(ctx, err)
+		c.remoteDone(ctx, at, err)
 		if err != nil || g.Value == nil {
 			return c.grantAttempt(ctx, key, g, err, sent, told)
 		}

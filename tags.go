@@ -135,8 +135,8 @@ func (c *Cache[V]) usable(e *entry[V]) bool {
 
 // fetchTags reads from the Store the versions of the tags of the envelopes
 // envs (each may be nil), in one call, and learns them. Without a Tagger,
-// or when the call fails, nothing is learnt, so that no tagged entry is
-// served.
+// while the breaker is open, or when the call fails, nothing is learnt, so
+// that no tagged entry is served from the Store.
 func (c *Cache[V]) fetchTags(ctx context.Context, envs ...[]byte) {
 	var tags []string
 	for _, env := range envs {
@@ -151,7 +151,9 @@ func (c *Cache[V]) fetchTags(ctx context.Context, envs ...[]byte) {
 }
 
 // learnTags reads the versions of tags from the Store, in one call, and
-// learns them; with no Store they are known already.
+// learns them; with no Store they are known already. While the breaker is
+// open it makes no call (a due probe may be this one) and learns nothing:
+// a load whose tags' versions are unknown is served but not cached.
 func (c *Cache[V]) learnTags(ctx context.Context, tags []string) {
 	if len(tags) == 0 || c.cfg.Store == nil {
 		return
@@ -160,10 +162,14 @@ func (c *Cache[V]) learnTags(ctx context.Context, tags []string) {
 	if !ok {
 		return
 	}
+	if !c.brk.allow() {
+		return
+	}
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
+	at := c.brk.at()
 	vs, err := tg.TagVersions(ctx, tags)
-	c.remoteDone(ctx, err)
+	c.remoteDone(ctx, at, err)
 	if err != nil || len(vs) != len(tags) {
 		return
 	}

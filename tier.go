@@ -14,8 +14,9 @@ import (
 func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	r := remoteRead[V]{done: true}
 	r.gen, r.puts = c.gens.get(key)
+	at := c.brk.at()
 	env, err := c.cfg.Store.Load(ctx, key)
-	c.remoteDone(ctx, err)
+	c.remoteDone(ctx, at, err)
 	c.fetchTags(ctx, env)
 	c.readOf(&r, key, env, err)
 	return r
@@ -49,6 +50,7 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 		reads[i].gen, reads[i].puts = c.gens.get(f.key)
 	}
 	var got []Loaded
+	at := c.brk.at()
 	if bs, ok := c.cfg.Store.(BatchStore); ok {
 		got = bs.LoadMany(ctx, keys)
 	} else {
@@ -57,7 +59,7 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 			got[i].Value, got[i].Err = c.cfg.Store.Load(ctx, k)
 		}
 	}
-	c.remoteDone(ctx, firstErr(got, func(l Loaded) error { return l.Err }))
+	c.remoteDone(ctx, at, firstErr(got, func(l Loaded) error { return l.Err }))
 	envs := make([][]byte, len(got))
 	for i, l := range got {
 		envs[i] = l.Value
@@ -86,6 +88,7 @@ func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquir
 	}
 	ttl := c.cfg.LeaseTTL
 	var got []Acquired
+	at := c.brk.at()
 	if bl, ok := c.cfg.Lease.(BatchLease); ok && (len(fs) > 1 || fs[0].wantsStale()) {
 		got = bl.AcquireMany(ctx, reqs, ttl)
 	} else {
@@ -97,7 +100,7 @@ func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquir
 			}
 		}
 	}
-	c.remoteDone(ctx, firstErr(got, func(a Acquired) error { return a.Err }))
+	c.remoteDone(ctx, at, firstErr(got, func(a Acquired) error { return a.Err }))
 	envs := make([][]byte, 0, 2*len(got))
 	for _, a := range got {
 		envs = append(envs, a.Value, a.Stale)

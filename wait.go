@@ -167,6 +167,7 @@ func (w completion) came() bool {
 func (c *Cache[V]) waitNotice(ctx context.Context, key string, d time.Duration) (bool, error) {
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	at := c.brk.at()
 	err := c.cfg.Lease.Wait(wctx, key)
 	switch {
 	case err == nil:
@@ -174,7 +175,7 @@ func (c *Cache[V]) waitNotice(ctx context.Context, key string, d time.Duration) 
 	case ctx.Err() != nil:
 		return false, fmt.Errorf("herd: %w", ctx.Err())
 	case !errors.Is(err, context.DeadlineExceeded):
-		c.remoteDone(ctx, err) // the tier failed; a timeout is no failure
+		c.remoteDone(ctx, at, err) // the tier failed; a timeout is no failure
 	}
 	return false, nil
 }

@@ -155,8 +155,9 @@ func (c *Cache[V]) WarmHot(ctx context.Context, n int, load func(ctx context.Con
 	case n <= 0:
 		return WarmReport{}, fmt.Errorf("herd: WarmHot: n must be positive, got %d", n)
 	}
+	at := c.brk.at()
 	keys, err := hs.Hot(ctx, n, c.sharePeriod())
-	c.remoteDone(ctx, err)
+	c.remoteDone(ctx, at, err)
 	if err != nil {
 		return WarmReport{}, fmt.Errorf("herd: WarmHot: %w", err)
 	}
@@ -186,7 +187,8 @@ func (c *Cache[V]) shareHot() {
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.closeCtx, c.cfg.LoadTimeout)
 		defer cancel()
-		c.remoteDone(ctx, hs.AddHot(ctx, reads, c.cfg.ShareHotKeys, c.sharePeriod()))
+		at := c.brk.at()
+		c.remoteDone(ctx, at, hs.AddHot(ctx, reads, c.cfg.ShareHotKeys, c.sharePeriod()))
 	})
 }
 
