@@ -123,11 +123,6 @@ func raceReplica(t *testing.T, rg raceRig, r herd.Store, near, hard time.Duratio
 		LeaseTTL:    5 * time.Second,
 		OnLeaseHeld: herd.Wait,
 		LeaseWait:   500 * time.Millisecond,
-		// The coarse hit clock may judge a value fresh past its expiry
-		// while its goroutine is starved (as Options.PreciseClock says),
-		// and MarkStale moves the soft expiry to now: these tests judge
-		// the change, not that documented bound.
-		PreciseClock: true,
 	}
 	if rg.store {
 		o.Store, o.NearTTL = r, near
