@@ -42,16 +42,6 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// await fails the test unless ch is signalled within 10 s.
-func await(t *testing.T, ch chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no %s within 10 s", what)
-	}
-}
-
 // Large GetManys on one replica do not make another replica drop what it
 // holds: their notices reach it targeted, not as the zero Notice of a
 // queue that overflowed; a lost subscription still does.
@@ -130,7 +120,7 @@ func TestBatchNoticesStayTargeted(t *testing.T) {
 	if err := ra.Invalidate(ctx, w.marker); err != nil {
 		t.Fatal(err)
 	}
-	await(t, w.marked, "notice of the marker")
+	await(t, w.marked, 10*time.Second, "notice of the marker")
 
 	if z := w.zeros.Load(); z != 0 {
 		t.Errorf("b was told %d times to drop everything", z)
@@ -169,7 +159,7 @@ func TestBatchNoticesStayTargeted(t *testing.T) {
 	if err := node.Client().Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
-	await(t, w.zero, "zero Notice after the subscription was dropped")
+	await(t, w.zero, 10*time.Second, "zero Notice after the subscription was dropped")
 	for _, k := range warm {
 		if _, ok := b.GetIfPresent(k); ok {
 			t.Errorf("b still trusts %q after its subscription was dropped", k)
