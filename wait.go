@@ -24,11 +24,10 @@ const (
 type completion struct {
 	done <-chan struct{}
 	end  func()
+	// backoff marks a wait that only waits out its backoff: done is nil,
+	// and Lease.Wait is not asked either.
+	backoff bool
 }
-
-// never is a channel never closed: the done of a wait that only waits out
-// its backoff.
-var never = make(chan struct{})
 
 // watch registers for key's next completion, when the Lease is a Watcher.
 func (c *Cache[V]) watch(key string) completion {
@@ -99,7 +98,7 @@ func (c *Cache[V]) waitHolder(ctx context.Context, key string, a attempt[V]) (at
 		case a.outcome == leaseHeld:
 		case a.outcome == leaseFailed && !c.brk.open():
 			if asked {
-				w = completion{done: never} // a hiccup: ask again after the backoff
+				w = completion{backoff: true} // a hiccup: ask again after the backoff
 			}
 		case a.outcome == leaseFound:
 			if pushed || w.came() { // the completion came while the Store was read
@@ -136,7 +135,7 @@ func (c *Cache[V]) peek(ctx context.Context, key string, now int64) attempt[V] {
 // Watcher, for one announced through Lease.Wait) and reports whether one
 // came. The error is the caller's context ending.
 func (c *Cache[V]) waitFor(ctx context.Context, key string, w completion, d time.Duration) (bool, error) {
-	if w.done == nil {
+	if w.done == nil && !w.backoff {
 		return c.waitNotice(ctx, key, d)
 	}
 	t := time.NewTimer(d)
