@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,12 @@ func BenchmarkTailLatency(b *testing.B) {
 	b.Run("impl=herd", func(b *testing.B) {
 		for b.Loop() {
 			node := redistest.Server(b)
-			rs := fleet(b, replicas, func() redis.UniversalClient { return node.Client() }, func(o *herd.Options[string]) {
+			cmds := &commandCount{}
+			rs := fleet(b, replicas, func() redis.UniversalClient {
+				c := node.Client()
+				c.AddHook(cmds)
+				return c
+			}, func(o *herd.Options[string]) {
 				o.SoftTTL, o.HardTTL = soft, hard
 				o.NearTTL = time.Second
 				o.Beta = 1
@@ -68,13 +74,16 @@ func BenchmarkTailLatency(b *testing.B) {
 				before[i] = r.cache.Stats()
 			}
 			loadsRun.reset()
+			cmds.n.Store(0)
 			lat := openLoop(b, gets, rate, tailRun)
+			sent := cmds.n.Load()
 			var waited int64
 			for i, r := range rs {
 				waited += r.cache.Stats().RemoteWaits - before[i].RemoteWaits
 			}
 			report(b, lat, loadsRun.get(), tailRun, soft)
 			b.ReportMetric(float64(waited), "redis-waits")
+			b.ReportMetric(float64(sent)/float64(len(lat)), "redis-cmds/get")
 		}
 	})
 	b.Run("impl=otter", func(b *testing.B) {
@@ -189,4 +198,24 @@ func report(b *testing.B, lat []time.Duration, loads int, run, ttl time.Duration
 	b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Microsecond), "max-µs")
 	b.ReportMetric(float64(loads)/(float64(run)/float64(ttl)), "loads/TTL")
 	b.ReportMetric(float64(len(lat)), "gets")
+}
+
+// commandCount is a go-redis hook that counts the commands its clients
+// send, each command of a pipeline counted: the Redis traffic a fleet makes.
+type commandCount struct{ n atomic.Int64 }
+
+func (*commandCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commandCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commandCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
 }
