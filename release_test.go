@@ -225,3 +225,22 @@ func TestLoserRidesOutFailedAttempt(t *testing.T) {
 		}
 	})
 }
+
+// TestBreakerOpensOnMissesOfDownStore: with the Store down, each miss's
+// one failed read counts; a fill that has its caller's read makes no
+// other call, so no empty batch read counts as the tier answering.
+func TestBreakerOpensOnMissesOfDownStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		o := fleetOptions(r)
+		o.Lease, o.BreakerThreshold, o.BreakerCooldown = nil, 2, time.Minute
+		c := newCache(t, o)
+		r.SetDown(errors.New("connection refused"))
+		for _, k := range []string{"a", "b"} {
+			fleetMustGet(t, c, k, fleetValue(1), 1)
+		}
+		if st := c.Stats(); st.BreakerOpens != 1 || !st.Degraded {
+			t.Errorf("BreakerOpens %d, Degraded %v after two misses of a down Store; want 1, true", st.BreakerOpens, st.Degraded)
+		}
+	})
+}

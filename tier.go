@@ -42,6 +42,9 @@ func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
 // [BatchStore], one per key otherwise. The breaker records one outcome for
 // the batch.
 func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRead[V] {
+	if len(fs) == 0 {
+		return nil // no call, and no outcome for the breaker
+	}
 	reads := make([]remoteRead[V], len(fs))
 	keys := make([]string, len(fs))
 	for i, f := range fs {
