@@ -368,15 +368,7 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 func (r *Remote) Watch(key string) (done <-chan struct{}, stop func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := r.waits.Add(key)
-	var once sync.Once
-	return w.C(), func() {
-		once.Do(func() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			r.waits.Leave(w)
-		})
-	}
+	return r.waits.Watch(&r.mu, key)
 }
 
 // check returns the error that refuses a call: an ended ctx or a down

@@ -1,7 +1,5 @@
 package redisstore
 
-import "sync"
-
 // Watch registers for the next completion of key announced after it was
 // called, as Wait waits for it, without blocking and without a Redis call
 // ([herd.Watcher]): a loser registers before it asks for the lease, so that
@@ -14,15 +12,7 @@ func (r *Remote) Watch(key string) (done <-chan struct{}, stop func()) {
 	if r.closed.Load() {
 		return closedChan, func() {}
 	}
-	w := r.waits.Add(key)
-	var once sync.Once
-	return w.C(), func() {
-		once.Do(func() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			r.waits.Leave(w)
-		})
-	}
+	return r.waits.Watch(&r.mu, key)
 }
 
 // closedChan is the done of a watch on a closed Remote.

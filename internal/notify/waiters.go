@@ -1,5 +1,7 @@
 package notify
 
+import "sync"
+
 // Waiters is where goroutines wait for the next announcement on a key. Its
 // owner serialises every call under its own lock; the channel Add returns is
 // received from without it.
@@ -71,3 +73,18 @@ func (ws *Waiters) Len() int { return len(ws.m) }
 
 // Has reports whether key has waiters that no announcement has woken yet.
 func (ws *Waiters) Has(key string) bool { return ws.m[key] != nil }
+
+// Watch registers a waiter on key as Add does, for a caller that holds mu
+// (the owner's lock), and returns the channel the next announcement closes
+// and the function that takes the registration back, once, under mu.
+func (ws *Waiters) Watch(mu sync.Locker, key string) (done <-chan struct{}, stop func()) {
+	w := ws.Add(key)
+	var once sync.Once
+	return w.C(), func() {
+		once.Do(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			ws.Leave(w)
+		})
+	}
+}

@@ -1,6 +1,9 @@
 package notify
 
-import "testing"
+import (
+	"sync"
+	"testing"
+)
 
 func closed(c <-chan struct{}) bool {
 	select {
@@ -48,5 +51,35 @@ func TestWaitersLeave(t *testing.T) {
 	ws.Leave(old)
 	if ws.Len() != 1 || closed(fresh.C()) {
 		t.Fatal("leaving an ended generation touched the current one")
+	}
+}
+
+// TestWatch: a watch is closed by the next announcement on its key, and one
+// taken back before it leaves nothing behind; stop may be called twice.
+func TestWatch(t *testing.T) {
+	var (
+		mu sync.Mutex
+		ws Waiters
+	)
+	mu.Lock()
+	done, stop := ws.Watch(&mu, "k")
+	_, gone := ws.Watch(&mu, "gone")
+	mu.Unlock()
+	gone()
+	gone()
+	if ws.Has("gone") {
+		t.Error("a watch taken back is still registered")
+	}
+	mu.Lock()
+	ws.Wake("k")
+	mu.Unlock()
+	select {
+	case <-done:
+	default:
+		t.Error("the announcement did not close the watch")
+	}
+	stop()
+	if ws.Len() != 0 {
+		t.Errorf("%d keys still have waiters", ws.Len())
 	}
 }
