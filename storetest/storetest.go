@@ -80,6 +80,9 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	if _, ok := probeS.(herd.Tagger); ok {
 		tests = append(tests, subtest{"Tagger", testTagger})
 	}
+	if _, ok := probeL.(herd.Watcher); ok {
+		tests = append(tests, subtest{"Watcher", testWatcher})
+	}
 	// The subtests run in parallel within one group, which returns once
 	// they have all ended; InvalidateAll, which retires every key of the
 	// tier, runs after it.
@@ -586,6 +589,31 @@ func testWaitWakesOnRelease(t *testing.T, _ herd.Store, l herd.Lease) {
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// testWatcher: a watch registered before a completion is ended by it,
+// whenever its holder reads it, and one registered after is not; stop
+// may be called more than once.
+func testWatcher(t *testing.T, _ herd.Store, l herd.Lease) {
+	w := l.(herd.Watcher)
+	k := key(t, "k")
+	g := lease(t, l, k, longTTL)
+	done, stop := w.Watch(k)
+	defer stop()
+	release(t, l, k, g.Token) // announced before anyone waits on done
+	select {
+	case <-done:
+	case <-time.After(deadline):
+		t.Fatal("a completion announced after Watch did not close its channel")
+	}
+	stop()
+	later, stopLater := w.Watch(k)
+	defer stopLater()
+	select {
+	case <-later:
+		t.Fatal("a watch registered after the completion was closed by it")
+	case <-time.After(100 * time.Millisecond):
 	}
 }
 
