@@ -373,3 +373,76 @@ func TestOneRefreshPerKeyAcrossCopies(t *testing.T) {
 		fleetMustGet(t, b, "k", nil, 2)
 	})
 }
+
+// heldNotices is a replica's Store whose change notices wait, once held,
+// until let go: the holder's completion reaches the replica first.
+type heldNotices struct {
+	*memory.Remote
+	mu     sync.Mutex
+	held   bool
+	queued []herd.Notice
+	fn     func(herd.Notice)
+}
+
+func (s *heldNotices) Subscribe(fn func(herd.Notice)) func() {
+	s.fn = fn
+	return s.Remote.Subscribe(func(n herd.Notice) {
+		s.mu.Lock()
+		if s.held {
+			s.queued = append(s.queued, n)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		fn(n)
+	})
+}
+
+func (s *heldNotices) hold() {
+	s.mu.Lock()
+	s.held = true
+	s.mu.Unlock()
+}
+
+func (s *heldNotices) letGo() {
+	s.mu.Lock()
+	s.held = false
+	q := s.queued
+	s.queued = nil
+	s.mu.Unlock()
+	for _, n := range q {
+		s.fn(n)
+	}
+}
+
+// A replica told that another holds a key's lease, whose holder's
+// completion reaches it before the holder's change notice does, makes no
+// second lease attempt: its stale reads replace their copy with one read
+// of the Store, as the notice would have them do.
+func TestFleetNoAttemptBetweenCompletionAndNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		hn := &heldNotices{Remote: r}
+		b, acq := countingReplica(t, r, func(o *herd.Options[int]) { o.Store = hn })
+		fleetStaleSetup(t, a, b, "k")
+		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
+		acq.n.Store(0)
+		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1) // B's refresh finds A's lease held
+		synctest.Wait()
+		hn.hold()
+		release()
+		if res := recv(t, resA); res.err != nil || res.v != 2 {
+			t.Fatalf("A's Get = %d, %v; want 2, nil", res.v, res.err)
+		}
+		synctest.Wait() // A's write-back lands; B hears the completion, not the notice
+		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+		synctest.Wait()
+		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 2) // the one read replaced the copy
+		if n := acq.n.Load(); n != 1 {
+			t.Errorf("B made %d lease attempts; want 1, before A completed", n)
+		}
+		hn.letGo()
+		synctest.Wait()
+	})
+}

@@ -419,17 +419,26 @@ const sweepAt = 16
 // held reports until when another replica holds key's lease, as this
 // replica was last told, if that time is still ahead of now.
 func (g *generations) held(key string, now int64) (until int64, ok bool) {
+	until, ok, _ = g.heldOrCompleted(key, now)
+	return until, ok
+}
+
+// heldOrCompleted is held, and also reports whether the holder this
+// replica was told of has announced its completion since (the lease is
+// not held, and the Store may hold its value).
+func (g *generations) heldOrCompleted(key string, now int64) (until int64, ok, completed bool) {
 	s := g.stripe(key)
 	s.mu.Lock()
 	h, ok := s.heldUntil[key]
 	if ok && h.over(now) {
 		delete(s.heldUntil, key)
 		s.mu.Unlock()
+		completed = h.done.came()
 		h.done.stop()
-		return 0, false
+		return 0, false, completed
 	}
 	s.mu.Unlock()
-	return h.until, ok
+	return h.until, ok, false
 }
 
 // forgetHeld drops what markHeld recorded of key: its holder's notice came.

@@ -38,7 +38,18 @@ func (c *Cache[V]) refreshDue(key string, e *entry[V]) bool {
 	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() || e.superseded.Load() {
 		return false
 	}
-	if until, held := c.gens.held(key, now); held && until < e.hard-e.delta {
+	until, held, completed := c.gens.heldOrCompleted(key, now)
+	switch {
+	case held && until < e.hard-e.delta:
+		return false
+	case completed:
+		// The holder's load ended: its value, if it wrote one, is in the
+		// Store, and its notice is on the way. As that notice would, mark
+		// e superseded, replaced by one read of the Store, and ask for no
+		// lease meanwhile; the copy that read brings is refreshed if it
+		// is still due (the holder wrote nothing).
+		e.superseded.Store(true)
+		c.revalidate(context.Background(), key, e)
 		return false
 	}
 	return c.flights.Waiters(key) == 0
