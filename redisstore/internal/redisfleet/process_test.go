@@ -86,7 +86,17 @@ func TestProcessStoppedHolderIsFenced(t *testing.T) {
 	if sa.Loads != 1 || sb.Loads != 1 {
 		t.Errorf("loads in Stats: stopped holder %d, taker %d; want 1 each", sa.Loads, sb.Loads)
 	}
-	if v := f.stored(t, key); v != "b" {
+	// Redis holds the taker's value, never the stopped holder's; on a
+	// starved machine the taker's write-back may fail (past its Redis
+	// timeout), and then it holds none, and the taker says so.
+	v, ok := f.storedIf(t, key)
+	switch {
+	case !ok && sb.WriteBackErrors == 0:
+		t.Error("Redis holds no value, and the taker reported no failed write-back")
+	case !ok:
+		t.Logf("the taker's write-back failed (%d), so Redis holds no value", sb.WriteBackErrors)
+		return
+	case v != "b":
 		t.Errorf("Redis holds %q, want the taker's b", v)
 	}
 	// The refused write dropped the holder's own copy: it now serves b.

@@ -665,6 +665,16 @@ func (f *procFleet) expired(t *testing.T, key string, within time.Duration) {
 // must not load.
 func (f *procFleet) stored(t *testing.T, key string) string {
 	t.Helper()
+	v, ok := f.storedIf(t, key)
+	if !ok {
+		t.Fatalf("reading %q from Redis: no value in Redis", key)
+	}
+	return v
+}
+
+// storedIf is stored, reporting whether Redis holds a value at all.
+func (f *procFleet) storedIf(t *testing.T, key string) (string, bool) {
+	t.Helper()
 	c, err := herd.New(&herd.Options[string]{MaxEntries: 10, SoftTTL: time.Minute, Store: f.remote})
 	if err != nil {
 		t.Fatal(err)
@@ -673,10 +683,13 @@ func (f *procFleet) stored(t *testing.T, key string) string {
 	defer cancel()
 	defer c.Close(ctx)
 	v, err := c.Get(ctx, key, func(context.Context) (string, error) {
-		return "", errors.New("no value in Redis")
+		return "", herd.ErrNotFound
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, herd.ErrNotFound):
+		return "", false
+	case err != nil:
 		t.Fatalf("reading %q from Redis: %v", key, err)
 	}
-	return v
+	return v, true
 }
