@@ -50,9 +50,6 @@ type Cache[V any] struct {
 	queueDur histogram // limiter queue waits
 	keyLoads keyLoads
 	top      *topk.Tracker // nil: no hot-key tracking
-	// clears counts this replica's InvalidateAlls whose notice has not come
-	// back yet (ownClear).
-	clears atomic.Int32
 	// trustFloor is when the local tier last lost its claim to be current
 	// (Unix ns): a missed change notice, or the breaker closing. Local entries
 	// put before it are re-read from the Store before being served as fresh.
@@ -81,6 +78,9 @@ type Cache[V any] struct {
 	window refreshBatch[V]
 	// tags holds the versions of the tags this replica has seen.
 	tags tagVersions
+	// clears counts this replica's InvalidateAlls whose notice has not come
+	// back yet (ownClear).
+	clears atomic.Int32
 }
 
 // New returns a cache configured by o; a nil o means [DefaultOptions],
