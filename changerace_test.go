@@ -726,20 +726,6 @@ func (ng *noticeGate) awaitAll(t *testing.T) {
 	}
 }
 
-type raceResult struct {
-	v   int
-	err error
-}
-
-func raceGet(ctx context.Context, c *herd.Cache[int], key string, load herd.LoadFunc[int], opts ...herd.CallOption) <-chan raceResult {
-	ch := make(chan raceResult, 1)
-	go func() {
-		v, err := c.Get(ctx, key, load, opts...)
-		ch <- raceResult{v, err}
-	}()
-	return ch
-}
-
 // A read of the Store that began before the change and answers after it
 // returned: a Get begun after the change must not be served what it read
 // (a, b, d forced). NearTTL 0 sends every Get to the Store.
@@ -762,14 +748,14 @@ func TestChangeRaceForcedStoreRead(t *testing.T) {
 						opts = []herd.CallOption{herd.NoStale()}
 					}
 					lg := g.arm("k")
-					first := raceGet(ctx, c, "k", vs.load, opts...)
+					first := getAsync(ctx, c, "k", vs.load, opts...)
 					<-lg.read
 					var once sync.Once
 					let := func() { once.Do(func() { close(lg.release) }) }
 					if err := runChange(func() error { return k.change(ctx, c, "k") }, synctest.Wait, let); err != nil {
 						t.Fatal(err)
 					}
-					second := raceGet(ctx, c, "k", vs.load, opts...)
+					second := getAsync(ctx, c, "k", vs.load, opts...)
 					synctest.Wait() // the second Get joined the held read, or went its own way
 					let()
 					if r := <-first; r.err != nil {
@@ -811,7 +797,7 @@ func TestChangeRaceForcedReload(t *testing.T) {
 					t.Fatal(err)
 				}
 				loading, gate := make(chan struct{}), make(chan struct{})
-				res := raceGet(ctx, c, "k", func(ctx context.Context) (int, error) {
+				res := getAsync(ctx, c, "k", func(ctx context.Context) (int, error) {
 					vs.loads.Add(1)
 					v := vs.next()
 					close(loading)
