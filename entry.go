@@ -372,8 +372,8 @@ func (g *generations) endWrite(key string) {
 
 // heldBy is what a replica knows of a lease another load holds.
 type heldBy struct {
-	until int64      // when the holder's lease ends (Unix ns)
-	done  completion // its completion, watched since before it was known; zero: not watched
+	until int64       // when the holder's lease ends (Unix ns)
+	done  *completion // its completion, watched since before it was known; nil: not watched
 }
 
 // over reports whether the holder's lease is over at now: its time has
@@ -386,10 +386,10 @@ func (h heldBy) over(now int64) bool {
 // nanoseconds), with the watch of its completion, which it then owns: this
 // replica does not try that lease again before then, unless the holder's
 // completion or notice comes first.
-func (g *generations) markHeld(key string, until, now int64, done completion) {
+func (g *generations) markHeld(key string, until, now int64, done *completion) {
 	s := g.stripe(key)
 	s.mu.Lock()
-	var stale []completion
+	var stale []*completion
 	if s.heldUntil == nil {
 		s.heldUntil = make(map[string]heldBy)
 	}

@@ -100,6 +100,8 @@ type batchFill[V any] struct {
 	// refresh is set for a background refresh, whose slot is taken.
 	refresh bool
 	leases  *leaseSet
+	// wakes hears of the completions that the batch's losers wait for.
+	wakes *wakes
 	// hits holds the keys the Store served fresh, with how: each counts so
 	// (a hit or a negative) when the batch counts its keys, and every other
 	// key as a miss.
@@ -179,7 +181,7 @@ func batchOf[V any](key string, load LoadFunc[V]) BatchLoadFunc[V] {
 // replica is loading (lose). With count, each key is counted as a hit or
 // a miss before its callers see it.
 func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchLoadFunc[V], refresh bool, settle func(string, *entry[V], error), count bool) {
-	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), hits: map[string]GetResult{}}
+	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes(), hits: map[string]GetResult{}}
 	defer c.closeSet(ctx, b.leases)
 	if count {
 		defer b.count(fs)()
@@ -286,7 +288,7 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 	var ask, told []*fillState[V]
 	held := make(map[*fillState[V]]attempt[V])
 	for _, f := range fs {
-		if a, ok := c.heldElsewhere(f.key, f.now); ok {
+		if a, ok := c.heldElsewhere(f.key, f.now, b.wakes.wake); ok {
 			told = append(told, f)
 			held[f] = a
 		} else {
@@ -393,12 +395,13 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 	if fs, loads = b.fromPre(ctx, fs); len(fs) == 0 {
 		return loads, nil
 	}
-	watches, told := make([]completion, len(fs)), make([]completion, len(fs))
+	watches, told := make([]*completion, len(fs)), make([]*completion, len(fs))
 	for i, f := range fs {
-		watches[i], told[i] = c.watch(f.key), c.watch(f.key) // before the attempts, as tryLease does
+		watches[i] = c.watch(f.key, b.wakes.wake) // before the attempts
+		told[i] = watches[i].share()
 	}
 	sent := c.clk.now()
-	for i, got := range c.acquireMany(ctx, fs) {
+	for i, got := range c.acquireMany(ctx, leaseRequests(fs), func(i int) bool { return fs[i].wantsStale() }) {
 		f := fs[i]
 		a, err := c.grantAttempt(ctx, f.key, got.Grant, got.Err, sent, told[i])
 		if a.outcome == leaseHeld && err == nil {

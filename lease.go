@@ -33,41 +33,24 @@ type attempt[V any] struct {
 	// watch, for leaseHeld, has been registered for the holder's
 	// completion since before the holder was known; whoever takes a
 	// leaseHeld attempt waits on it or gives it up.
-	watch completion
+	watch *completion
 }
 
 // giveUp stops what a leaseHeld attempt watches, for a caller that will
 // not wait on it.
 func (a attempt[V]) giveUp() { a.watch.stop() }
 
-// tryLease makes one attempt at key's lease: one round trip, whose answer is
-// the lease, a value fresh by both clocks (the Store's and after, Unix ns),
-// or how long another load holds it. The completion of that load is watched
-// from before the attempt, so that a completion announced before the wait
-// begins still ends it. The error is the caller's context ending; a remote
-// failure is an outcome.
-func (c *Cache[V]) tryLease(ctx context.Context, key string, after int64) (attempt[V], error) {
-	w, told := c.watch(key), c.watch(key)
-	sent, at := c.clk.now(), c.brk.at()
-	g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, after))
-	c.remoteDone(ctx, at, err)
-	c.fetchTags(ctx, g.Value)
-	a, err := c.grantAttempt(ctx, key, g, err, sent, told)
-	if a.outcome == leaseHeld {
-		a.watch = w
-	} else {
-		w.stop()
-	}
-	return a, err
-}
-
 // heldElsewhere is the attempt this replica need not make: the lease of key
 // is held by another load until a time still ahead, as it was told, and
-// no completion of that load has been announced since. Its watch is
-// registered before the check, so that a completion announced after it
-// ends the wait.
-func (c *Cache[V]) heldElsewhere(key string, now int64) (attempt[V], bool) {
-	w := c.watch(key)
+// no completion of that load has been announced since. Its watch, with
+// wake, is registered before the check that counts, so that a completion
+// announced after it ends the wait: one announced before it is known to
+// what this replica remembers of the holder.
+func (c *Cache[V]) heldElsewhere(key string, now int64, wake func(*completion)) (attempt[V], bool) {
+	if _, ok := c.gens.held(key, now); !ok {
+		return attempt[V]{}, false
+	}
+	w := c.watch(key, wake)
 	until, ok := c.gens.held(key, now)
 	if !ok {
 		w.stop()
@@ -82,7 +65,7 @@ func (c *Cache[V]) heldElsewhere(key string, now int64) (attempt[V], bool) {
 // again before it ends: its completion (told watches for it, from before
 // the acquisition), its notice, its time passing, or, when this replica
 // holds it, its own release. told is given up unless the lease is held.
-func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err error, sent int64, told completion) (attempt[V], error) {
+func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err error, sent int64, told *completion) (attempt[V], error) {
 	if err != nil || g.Value != nil {
 		told.stop()
 	}
@@ -115,7 +98,7 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err er
 func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g Grant, sent int64) (attempt[V], error) {
 	e, ok := c.decode(key, g.Value)
 	if ok && !c.usable(e) {
-		told, at := c.watch(key), c.brk.at()
+		told, at := c.watch(key, nil), c.brk.at()
 		g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, e.soft))
 		c.remoteDone(ctx, at, err)
 		if err != nil || g.Value == nil {

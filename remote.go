@@ -81,16 +81,20 @@ type WriteReleaser interface {
 // Watcher is implemented by a [Lease] whose completion announcements can
 // be waited for from before an acquisition, so that a completion announced
 // between the answer of Acquire and the start of a wait is not missed: a
-// loser registers, then asks for the lease, then waits on what it
-// registered. A cache whose Lease is no Watcher waits with [Lease.Wait]
-// and re-reads after a bounded backoff.
+// loser registers, then asks for the lease, then waits for what it
+// registered. A cache whose Lease is a Watcher waits for the losers of a
+// batch together, on no goroutine of theirs; one whose Lease is no
+// Watcher waits with [Lease.Wait], a goroutine for each loser, and
+// re-reads the Store after a bounded backoff.
 type Watcher interface {
-	// Watch registers, at once and without a round trip, for the next
-	// completion of key announced after the call (what ends a
-	// [Lease.Wait]): done is closed by it, or when announcements may have
-	// been lost. stop takes the registration back; it may be called more
-	// than once, and after done is closed.
-	Watch(key string) (done <-chan struct{}, stop func())
+	// Watch registers notify, at once and without a round trip, for the
+	// next completion of key announced after the call (what ends a
+	// [Lease.Wait]): notify is called once, by that announcement, or when
+	// announcements may have been lost. It must return at once and call
+	// nothing of the Lease: it may run under the Lease's own locks. stop
+	// takes the registration back; it may be called more than once, and
+	// after notify was called.
+	Watch(key string, notify func()) (stop func())
 }
 
 // Grant is the outcome of [Lease.Acquire]. Exactly one of Value, Token or

@@ -74,13 +74,10 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 	return reads
 }
 
-// acquireMany asks for the leases of the keys of fs, each fresh after its
-// fill's start (a miss) or its old value's soft expiry (a refresh): one
-// call when the Lease is a [BatchLease], and otherwise one Acquire per key,
-// with a read of the Store for each key whose value was not returned and
-// that wants its stale value (wantsStale). One key that does not asks with
-// Acquire alone.
-func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquired {
+// leaseRequests are the requests for the leases of the keys of fs, each
+// fresh after its fill's start (a miss) or its old value's soft expiry (a
+// refresh).
+func leaseRequests[V any](fs []*fillState[V]) []LeaseRequest {
 	reqs := make([]LeaseRequest, len(fs))
 	for i, f := range fs {
 		after := f.now
@@ -89,16 +86,28 @@ func (c *Cache[V]) acquireMany(ctx context.Context, fs []*fillState[V]) []Acquir
 		}
 		reqs[i] = LeaseRequest{Key: f.key, After: time.Unix(0, after)}
 	}
+	return reqs
+}
+
+// acquireMany asks for the leases of reqs: one call when the Lease is a
+// [BatchLease], and otherwise one Acquire per key, with a read of the
+// Store for each key whose value was not returned and whose stale value
+// is wanted (stale, nil when none is). One key whose stale value is not
+// wanted asks with Acquire alone.
+func (c *Cache[V]) acquireMany(ctx context.Context, reqs []LeaseRequest, stale func(i int) bool) []Acquired {
+	if stale == nil {
+		stale = func(int) bool { return false }
+	}
 	ttl := c.cfg.LeaseTTL
 	var got []Acquired
 	at := c.brk.at()
-	if bl, ok := c.cfg.Lease.(BatchLease); ok && (len(fs) > 1 || fs[0].wantsStale()) {
+	if bl, ok := c.cfg.Lease.(BatchLease); ok && (len(reqs) > 1 || stale(0)) {
 		got = bl.AcquireMany(ctx, reqs, ttl)
 	} else {
 		got = make([]Acquired, len(reqs))
 		for i, r := range reqs {
 			got[i].Grant, got[i].Err = c.cfg.Lease.Acquire(ctx, r.Key, ttl, r.After)
-			if got[i].Err == nil && got[i].Value == nil && fs[i].wantsStale() {
+			if got[i].Err == nil && got[i].Value == nil && stale(i) {
 				got[i].Stale, _ = c.cfg.Store.Load(ctx, r.Key)
 			}
 		}

@@ -2,15 +2,18 @@ package herd
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// The losers' wait: a miss that found another load holding its key's lease
-// waits for that load's completion, asking for the lease again when it is
-// announced, and re-reading the Store between announcements after a
-// bounded backoff.
+// The losers' wait: the keys of a batch that found other loads holding
+// their leases wait for those loads' completions together, on the batch's
+// own goroutine. A key whose holder completed asks for its lease again;
+// between announcements (an announcement can be lost) it re-reads the
+// Store after a bounded backoff. The answers of the keys due at once are
+// asked for in one call.
 
 // Bounds of the fallback re-read of a Wait loser between completion notices.
 const (
@@ -18,163 +21,464 @@ const (
 	maxWaitBackoff = time.Second
 )
 
-// completion is a registration for the next completion of a key, made
-// with the Lease's [Watcher] before an attempt at the lease; its zero
-// value (no Watcher) registers nothing, and waits go through Lease.Wait.
+// firstRecheck is how soon after it began a wait re-reads the Store when
+// the Lease is no Watcher: its holder may have finished between the
+// attempt and the start of the wait, unheard.
+const firstRecheck = 5 * time.Millisecond
+
+// completion is a registration for the next completion of a key: made
+// with the Lease's [Watcher] before an attempt at the lease, or, for a
+// wait on a Lease that is no Watcher, a Lease.Wait on a goroutine of its
+// own. A nil completion registers nothing. Its owners (a wait, and what
+// the replica remembers of the holder) each stop it once; the last one
+// takes the registration back.
 type completion struct {
-	done <-chan struct{}
-	end  func()
-	// backoff marks a wait that only waits out its backoff: done is nil,
-	// and Lease.Wait is not asked either.
-	backoff bool
+	fired atomic.Bool
+	refs  atomic.Int32
+	// wake, when not nil, is called once the completion came: a batch's
+	// wait hears of it so.
+	wake func(*completion)
+	// end takes the registration back.
+	end func()
 }
 
-// watch registers for key's next completion, when the Lease is a Watcher.
-func (c *Cache[V]) watch(key string) completion {
-	w, ok := c.cfg.Lease.(Watcher)
-	if !ok {
-		return completion{}
+// fire records that the completion came, once.
+func (w *completion) fire() {
+	if w.fired.CompareAndSwap(false, true) && w.wake != nil {
+		w.wake(w)
 	}
-	done, stop := w.Watch(key)
-	return completion{done: done, end: stop}
 }
 
-// stop takes the registration back; it may be called more than once.
-func (w completion) stop() {
-	if w.end != nil {
+// watch registers for key's next completion when the Lease is a Watcher,
+// with wake to call when it comes (nil: none); nil otherwise.
+func (c *Cache[V]) watch(key string, wake func(*completion)) *completion {
+	lw, ok := c.cfg.Lease.(Watcher)
+	if !ok {
+		return nil
+	}
+	w := &completion{wake: wake}
+	w.refs.Store(1)
+	w.end = lw.Watch(key, w.fire)
+	return w
+}
+
+// share gives w another owner, who stops it too.
+func (w *completion) share() *completion {
+	if w != nil {
+		w.refs.Add(1)
+	}
+	return w
+}
+
+// came reports whether the completion w registered for has come.
+func (w *completion) came() bool { return w != nil && w.fired.Load() }
+
+// stop ends one owner's hold of the registration, and takes it back when
+// that was the last.
+func (w *completion) stop() {
+	if w != nil && w.refs.Add(-1) == 0 {
 		w.end()
 	}
 }
 
-// waitHolder waits for the load that holds key's lease, as a said, for at
-// most LeaseWait per holder: for its completion, re-reading the Store
-// between announcements with a bounded backoff (an announcement can be
-// lost). The lease is asked for again only once a completion came or the
-// holder's time has passed. A remote failure ends the wait only when it
-// opened the breaker. A wait that ends with the caller's context is
-// counted as abandoned.
-func (c *Cache[V]) waitHolder(ctx context.Context, key string, a attempt[V]) (attempt[V], error) {
-	ctx, end := c.span(ctx, "herd.lease_wait", key)
-	defer end(nil)
-	start := time.Now()
-	deadline := start.Add(c.cfg.LeaseWait)
-	backoff := minWaitBackoff
-	until, w := a.until, a.watch
-	defer func() { w.stop() }()
-	for {
-		remaining := time.Until(deadline)
-		if remaining <= 0 {
-			c.st.leaseWaitTimeouts.add(1)
-			c.leaseEvent(LeaseWaitTimeout, time.Since(start))
-			return attempt[V]{}, ErrLeaseTimeout
-		}
-		wait := min(backoff, remaining)
-		if left := time.Duration(until - c.clk.now()); left > 0 && left < wait {
-			wait = left
-		}
-		pushed, err := c.waitFor(ctx, key, w, wait)
-		backoff = min(2*backoff, maxWaitBackoff)
-		asked := false
-		if now := c.clk.now(); err == nil && (pushed || now >= until) {
-			w.stop()
-			a, err = c.tryLease(ctx, key, now)
-			w, asked = a.watch, true
-		} else if err == nil {
-			a = c.peek(ctx, key, now)
-		}
-		if err != nil {
-			c.st.leaseWaitsAbandoned.add(1)
-			c.leaseEvent(LeaseWaitAbandoned, time.Since(start))
-			return attempt[V]{}, err
-		}
+// waitVia registers for key's next completion through Lease.Wait, for a
+// Lease that is no Watcher: a goroutine waits until the completion, the
+// registration's stop, or the tier failing, which it records.
+func (c *Cache[V]) waitVia(ctx context.Context, key string, wake func(*completion)) *completion {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &completion{wake: wake, end: cancel}
+	w.refs.Store(1)
+	go func() {
+		at := c.brk.at()
+		err := c.cfg.Lease.Wait(wctx, key)
 		switch {
-		case a.outcome == leaseHeld && asked:
-			if pushed {
-				// The holder completed and another load took the lease:
-				// LeaseWait bounds the wait for each holder, not their chain.
-				deadline = time.Now().Add(c.cfg.LeaseWait)
+		case err == nil:
+			w.fire()
+		case wctx.Err() == nil:
+			c.remoteDone(wctx, at, err) // the tier failed
+		}
+	}()
+	return w
+}
+
+// wakes is where a batch hears of the completions its waits registered
+// for: fire calls wake, which may run under a Lease's locks, so it only
+// records.
+type wakes struct {
+	mu    sync.Mutex
+	fired []*completion
+	// signal is ready while fired holds a completion.
+	signal chan struct{}
+	// wake is add, made once for the batch's registrations.
+	wake func(*completion)
+}
+
+func newWakes() *wakes {
+	k := &wakes{signal: make(chan struct{}, 1)}
+	k.wake = k.add
+	return k
+}
+
+// add records that w came.
+func (k *wakes) add(w *completion) {
+	k.mu.Lock()
+	k.fired = append(k.fired, w)
+	k.mu.Unlock()
+	select {
+	case k.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the completions that came since it was last called.
+func (k *wakes) take() []*completion {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	fired := k.fired
+	k.fired = nil
+	return fired
+}
+
+// waiter is one loser's wait for the load that holds its key's lease.
+type waiter[V any] struct {
+	f *fillState[V]
+	// w is the holder's completion, registered for since before the
+	// attempt that found it; nil after an attempt that failed.
+	w *completion
+	// until is when the holder's lease ends (Unix ns, on the cache's clock).
+	until int64
+	// start is when the wait began; deadline is LeaseWait after it, or
+	// after the holder last changed: LeaseWait bounds the wait for each
+	// holder, not their chain.
+	start, deadline time.Time
+	// next is when the wait next asks for the lease (its holder's time
+	// has passed) or re-reads the Store; backoff the interval after it.
+	next    time.Time
+	backoff time.Duration
+	end     func(error) // the wait's span
+	// pushed and asked say how the wait's current move began: its holder's
+	// completion came, and the lease is asked for again.
+	pushed, asked bool
+	// answer is what the move was answered.
+	answer answer[V]
+	done   bool
+}
+
+// waits is the batch's wait for its losers' holders.
+type waits[V any] struct {
+	b *batchFill[V]
+	// live holds the waits not ended (and some ended since it was last
+	// swept), left counts those not ended; by maps each one's
+	// registration to it.
+	live []*waiter[V]
+	left int
+	by   map[*completion]*waiter[V]
+	// timer fires at the earliest next of the waits.
+	timer *time.Timer
+	at    time.Time
+}
+
+// wait waits for the holders of the leases of ls, each for at most
+// LeaseWait per holder, settling each key as its wait ends (a value, an
+// error, or a load of its own when the lease came here) and loading the
+// keys whose waits ended with this replica to load them together, at
+// once: a key leased here is never held while this batch waits for
+// others. Were it held, two replicas that each took a lease the other
+// waits on would stall each other until LeaseWait.
+func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
+	c := b.c
+	ws := &waits[V]{b: b, by: make(map[*completion]*waiter[V], len(ls))}
+	_, watcher := c.cfg.Lease.(Watcher)
+	now := time.Now()
+	for _, l := range ls {
+		wt := &waiter[V]{f: l.f, until: l.a.until, start: now, deadline: now.Add(c.cfg.LeaseWait), backoff: minWaitBackoff}
+		_, wt.end = c.span(ctx, "herd.lease_wait", l.f.key)
+		first := minWaitBackoff
+		if !watcher {
+			l.a.watch = c.waitVia(ctx, l.f.key, b.wakes.wake)
+			first = firstRecheck
+		}
+		ws.add(wt, l.a.watch)
+		wt.next = wt.schedule(now, first)
+		ws.live = append(ws.live, wt)
+	}
+	ws.timer = time.NewTimer(time.Hour)
+	defer ws.timer.Stop()
+	defer ws.abandon(nil) // after a panic of the loader: no wait lives on
+	ws.left = len(ws.live)
+	ws.arm(now)
+	for ws.left > 0 {
+		var due []*waiter[V]
+		select {
+		case <-b.wakes.signal:
+			for _, w := range b.wakes.take() {
+				if wt := ws.by[w]; wt != nil && !wt.done && wt.w == w {
+					due = append(due, wt)
+				}
 			}
-			until = a.until
-		case a.outcome == leaseHeld:
-		case a.outcome == leaseFailed && !c.brk.open():
-			if asked {
-				w = completion{backoff: true} // a hiccup: ask again after the backoff
-			}
-		case a.outcome == leaseFound:
-			if pushed || w.came() { // the completion came while the Store was read
+		case <-ws.timer.C:
+			ws.at = time.Time{}
+			due = ws.due(time.Now())
+		case <-ctx.Done():
+			ws.abandon(fmt.Errorf("herd: %w", ctx.Err()))
+			return
+		}
+		ws.act(ctx, due)
+	}
+}
+
+// schedule is when a wait last acted on at now acts next: after d, or
+// sooner when its deadline or its holder's time comes first.
+func (wt *waiter[V]) schedule(now time.Time, d time.Duration) time.Time {
+	d = min(d, wt.deadline.Sub(now))
+	if left := time.Duration(wt.until - wt.f.c.clk.now()); left > 0 && left < d {
+		d = left
+	}
+	return now.Add(max(d, 0))
+}
+
+// add makes w the registration wt waits on.
+func (ws *waits[V]) add(wt *waiter[V], w *completion) {
+	if wt.w != nil {
+		delete(ws.by, wt.w)
+		wt.w.stop()
+	}
+	wt.w = w
+	if w != nil {
+		ws.by[w] = wt
+	}
+}
+
+// arm sets the timer for the earliest next of the live waits.
+func (ws *waits[V]) arm(now time.Time) {
+	var first time.Time
+	for _, wt := range ws.live {
+		if !wt.done && (first.IsZero() || wt.next.Before(first)) {
+			first = wt.next
+		}
+	}
+	ws.reset(now, first)
+}
+
+// reset moves the timer to t when it is sooner than the timer's time.
+func (ws *waits[V]) reset(now, t time.Time) {
+	if t.IsZero() || (!ws.at.IsZero() && !t.Before(ws.at)) {
+		return
+	}
+	ws.at = t
+	ws.timer.Reset(t.Sub(now))
+}
+
+// due returns the live waits whose next has come, drops the ended ones
+// from live, and sets the timer for the rest.
+func (ws *waits[V]) due(now time.Time) (due []*waiter[V]) {
+	live := ws.live[:0]
+	var first time.Time
+	for _, wt := range ws.live {
+		switch {
+		case wt.done:
+			continue
+		case !wt.next.After(now):
+			due = append(due, wt)
+		case first.IsZero() || wt.next.Before(first):
+			first = wt.next
+		}
+		live = append(live, wt)
+	}
+	clear(ws.live[len(live):])
+	ws.live = live
+	ws.reset(now, first)
+	return due
+}
+
+// act makes the next move of each due wait: it asks for the lease again
+// when its holder completed or its time passed, and otherwise re-reads the
+// Store; then it settles the waits that ended, loads the keys leased here,
+// and schedules the others.
+func (ws *waits[V]) act(ctx context.Context, due []*waiter[V]) {
+	if len(due) == 0 {
+		return
+	}
+	b, c := ws.b, ws.b.c
+	var ask, peek []*waiter[V]
+	clk := c.clk.now()
+	for _, wt := range due {
+		wt.pushed = wt.w.came()
+		wt.asked = wt.pushed || clk >= wt.until
+		if wt.asked {
+			ask = append(ask, wt)
+		} else {
+			peek = append(peek, wt)
+		}
+	}
+	ws.ask(ctx, ask)
+	ws.peek(ctx, peek)
+	now := time.Now()
+	var loads []pendingLoad[V]
+	for _, wt := range due {
+		a := wt.answer
+		wt.answer = answer[V]{}
+		if a.err != nil {
+			ws.abandonOne(wt, a.err)
+			continue
+		}
+		var done bool
+		if loads, done = ws.answered(ctx, loads, wt, a.attempt, now); !done {
+			wt.backoff = min(2*wt.backoff, maxWaitBackoff)
+			wt.next = wt.schedule(now, wt.backoff)
+			ws.reset(now, wt.next)
+		}
+	}
+	b.loadAll(ctx, loads)
+}
+
+// answered ends wt by a, the answer of its ask or of its re-read,
+// settling its key or adding it to loads, or, when it waits on, takes
+// what a tells of the holder; it reports whether the wait ended.
+func (ws *waits[V]) answered(ctx context.Context, loads []pendingLoad[V], wt *waiter[V], a attempt[V], now time.Time) ([]pendingLoad[V], bool) {
+	b, c := ws.b, ws.b.c
+	switch {
+	case a.outcome == leaseHeld && wt.asked:
+		if wt.pushed {
+			// The holder completed and another load took the lease:
+			// LeaseWait bounds the wait for each holder, not their chain.
+			wt.deadline = now.Add(c.cfg.LeaseWait)
+		}
+		wt.until = a.until
+		ws.renew(ctx, wt, a.watch)
+	case a.outcome == leaseHeld:
+	case a.outcome == leaseFailed && !c.brk.open():
+		if wt.asked {
+			ws.add(wt, nil) // a hiccup: ask again after the backoff
+		}
+	default:
+		if a.outcome == leaseFound {
+			if wt.pushed || wt.w.came() { // the completion came while the Store was read
 				c.st.wokenByPush.add(1)
 			} else {
 				c.st.wokenByPoll.add(1)
 			}
-			c.leaseEvent(LeaseWoken, time.Since(start))
-			return a, nil
-		default:
-			return a, nil
+			c.leaseEvent(LeaseWoken, now.Sub(wt.start))
+		}
+		ws.finish(wt)
+		return b.lost(loads, wt.f, a, nil), true
+	}
+	if !now.Before(wt.deadline) {
+		c.st.leaseWaitTimeouts.add(1)
+		c.leaseEvent(LeaseWaitTimeout, now.Sub(wt.start))
+		ws.finish(wt)
+		return b.lost(loads, wt.f, attempt[V]{}, ErrLeaseTimeout), true
+	}
+	return loads, false
+}
+
+// renew makes w, registered before the ask that found a new holder, the
+// registration wt waits on; without a Watcher, a new Lease.Wait.
+func (ws *waits[V]) renew(ctx context.Context, wt *waiter[V], w *completion) {
+	if w == nil {
+		if _, ok := ws.b.c.cfg.Lease.(Watcher); !ok {
+			w = ws.b.c.waitVia(ctx, wt.f.key, ws.b.wakes.wake)
 		}
 	}
+	ws.add(wt, w)
 }
 
-// peek is a Wait loser's re-read of the Store between notices: leaseFound
-// when a value fresh at now has appeared, leaseHeld (with no new time)
-// when none has, leaseFailed when the read failed.
-func (c *Cache[V]) peek(ctx context.Context, key string, now int64) attempt[V] {
+// finish ends wt: its registration is taken back and its span ended.
+func (ws *waits[V]) finish(wt *waiter[V]) {
+	wt.done = true
+	ws.left--
+	ws.add(wt, nil)
+	wt.end(nil)
+}
+
+// abandonOne ends wt, which the caller's context ended, with err.
+func (ws *waits[V]) abandonOne(wt *waiter[V], err error) {
+	c := ws.b.c
+	c.st.leaseWaitsAbandoned.add(1)
+	c.leaseEvent(LeaseWaitAbandoned, time.Since(wt.start))
+	ws.finish(wt)
+	ws.b.settle(wt.f.key, nil, err)
+}
+
+// abandon ends every live wait: with err, the caller's context ending;
+// with nil, after a panic, settling nothing (the flights fail them).
+func (ws *waits[V]) abandon(err error) {
+	for _, wt := range ws.live {
+		if wt.done {
+			continue
+		}
+		if err != nil {
+			ws.abandonOne(wt, err)
+		} else {
+			ws.finish(wt)
+		}
+	}
+	ws.live = nil
+}
+
+// answer is an ask's attempt, or the caller's context ending it.
+type answer[V any] struct {
+	attempt[V]
+	err error
+}
+
+// ask asks for the leases of the keys of wts again, each fresh after now,
+// registering for each holder's completion first: one call for them all
+// when the Lease takes batches. Each wait's answer is put in it.
+func (ws *waits[V]) ask(ctx context.Context, wts []*waiter[V]) {
+	if len(wts) == 0 {
+		return
+	}
+	c := ws.b.c
+	reqs := make([]LeaseRequest, len(wts))
+	watches := make([]*completion, len(wts))
+	for i, wt := range wts {
+		watches[i] = c.watch(wt.f.key, ws.b.wakes.wake)
+	}
+	sent := c.clk.now()
+	for i, wt := range wts {
+		reqs[i] = LeaseRequest{Key: wt.f.key, After: time.Unix(0, sent)}
+	}
+	for i, got := range c.acquireMany(ctx, reqs, nil) {
+		a, err := c.grantAttempt(ctx, wts[i].f.key, got.Grant, got.Err, sent, watches[i].share())
+		if a.outcome == leaseHeld && err == nil {
+			a.watch = watches[i]
+		} else {
+			watches[i].stop()
+		}
+		wts[i].answer = answer[V]{a, err}
+	}
+}
+
+// peek is the re-read of the Store of the keys of wts between notices,
+// one call for them all: leaseFound when a value fresh now has appeared,
+// leaseHeld (with no new time) when none has, leaseFailed when the read
+// failed. Each wait's answer is put in it.
+func (ws *waits[V]) peek(ctx context.Context, wts []*waiter[V]) {
+	if len(wts) == 0 {
+		return
+	}
+	c := ws.b.c
 	if !c.brk.allow() {
-		return attempt[V]{outcome: leaseFailed}
+		for _, wt := range wts {
+			wt.answer.outcome = leaseFailed
+		}
+		return
 	}
-	r := c.loadRemote(ctx, key)
-	switch {
-	case r.err != nil:
-		return attempt[V]{outcome: leaseFailed}
-	case r.e != nil && now < r.e.soft:
-		return attempt[V]{outcome: leaseFound, e: r.e}
+	fs := make([]*fillState[V], len(wts))
+	for i, wt := range wts {
+		fs[i] = wt.f
 	}
-	return attempt[V]{outcome: leaseHeld}
-}
-
-// waitFor waits up to d for the completion w watches (or, without a
-// Watcher, for one announced through Lease.Wait) and reports whether one
-// came. The error is the caller's context ending.
-func (c *Cache[V]) waitFor(ctx context.Context, key string, w completion, d time.Duration) (bool, error) {
-	if w.done == nil && !w.backoff {
-		return c.waitNotice(ctx, key, d)
+	now := c.clk.now()
+	for i, r := range c.loadMany(ctx, fs) {
+		a := &wts[i].answer
+		switch {
+		case r.err != nil:
+			a.outcome = leaseFailed
+		case r.e != nil && now < r.e.soft:
+			a.attempt = attempt[V]{outcome: leaseFound, e: r.e}
+		default:
+			a.outcome = leaseHeld
+		}
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-w.done:
-		return true, nil
-	case <-t.C:
-		return w.came(), nil // both may be ready when this goroutine runs late
-	case <-ctx.Done():
-		return false, fmt.Errorf("herd: %w", ctx.Err())
-	}
-}
-
-// came reports whether the completion w watches has been announced.
-func (w completion) came() bool {
-	select {
-	case <-w.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitNotice waits up to d for a completion notice of key through
-// Lease.Wait and reports whether one came. The error is the caller's
-// context ending.
-func (c *Cache[V]) waitNotice(ctx context.Context, key string, d time.Duration) (bool, error) {
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	at := c.brk.at()
-	err := c.cfg.Lease.Wait(wctx, key)
-	switch {
-	case err == nil:
-		return true, nil
-	case ctx.Err() != nil:
-		return false, fmt.Errorf("herd: %w", ctx.Err())
-	case !errors.Is(err, context.DeadlineExceeded):
-		c.remoteDone(ctx, at, err) // the tier failed; a timeout is no failure
-	}
-	return false, nil
 }

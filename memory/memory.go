@@ -362,13 +362,13 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 	}
 }
 
-// Watch registers for the next completion of key announced after it was
-// called, as Wait waits for it, without blocking ([herd.Watcher]); done
-// is also closed when the remote goes down.
-func (r *Remote) Watch(key string) (done <-chan struct{}, stop func()) {
+// Watch registers notify for the next completion of key announced after
+// it was called, as Wait waits for it, without blocking ([herd.Watcher]);
+// notify is also called when the remote goes down.
+func (r *Remote) Watch(key string, notify func()) (stop func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.waits.Watch(&r.mu, key)
+	return r.waits.Watch(&r.mu, key, notify)
 }
 
 // check returns the error that refuses a call: an ended ctx or a down

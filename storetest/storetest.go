@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -592,27 +593,50 @@ func testWaitWakesOnRelease(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-// testWatcher: a watch registered before a completion is ended by it,
-// whenever its holder reads it, and one registered after is not; stop
-// may be called more than once.
+// testWatcher: a watch registered before a completion is notified by it,
+// once, and one registered after is not; stop may be called more than
+// once, and after the notification.
 func testWatcher(t *testing.T, _ herd.Store, l herd.Lease) {
 	w := l.(herd.Watcher)
 	k := key(t, "k")
 	g := lease(t, l, k, longTTL)
-	done, stop := w.Watch(k)
+	var calls atomic.Int32
+	done := make(chan struct{}, 2)
+	stop := w.Watch(k, func() {
+		calls.Add(1)
+		done <- struct{}{}
+	})
 	defer stop()
 	release(t, l, k, g.Token) // announced before anyone waits on done
 	select {
 	case <-done:
 	case <-time.After(deadline):
-		t.Fatal("a completion announced after Watch did not close its channel")
+		t.Fatal("a completion announced after Watch did not notify it")
 	}
 	stop()
-	later, stopLater := w.Watch(k)
+	later := make(chan struct{}, 1)
+	stopLater := w.Watch(k, func() { later <- struct{}{} })
 	defer stopLater()
+	g = lease(t, l, k, longTTL)
+	release(t, l, k, g.Token) // a second completion: the first watch is done
 	select {
 	case <-later:
-		t.Fatal("a watch registered after the completion was closed by it")
+	case <-time.After(deadline):
+		t.Fatal("a completion announced after the second Watch did not notify it")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the first watch was notified %d times, want once", n)
+	}
+	stopLater()
+	never := make(chan struct{}, 1)
+	stopNever := w.Watch(k, func() { never <- struct{}{} })
+	stopNever()
+	stopNever()
+	g = lease(t, l, k, longTTL)
+	release(t, l, k, g.Token)
+	select {
+	case <-never:
+		t.Fatal("a watch taken back was notified")
 	case <-time.After(100 * time.Millisecond):
 	}
 }

@@ -54,16 +54,18 @@ func TestWaitersLeave(t *testing.T) {
 	}
 }
 
-// TestWatch: a watch is closed by the next announcement on its key, and one
-// taken back before it leaves nothing behind; stop may be called twice.
+// TestWatch: a watch is called once by the next announcement on its key,
+// and one taken back before it leaves nothing behind; stop may be called
+// twice, and after the call.
 func TestWatch(t *testing.T) {
 	var (
-		mu sync.Mutex
-		ws Waiters
+		mu    sync.Mutex
+		ws    Waiters
+		calls int
 	)
 	mu.Lock()
-	done, stop := ws.Watch(&mu, "k")
-	_, gone := ws.Watch(&mu, "gone")
+	stop := ws.Watch(&mu, "k", func() { calls++ })
+	gone := ws.Watch(&mu, "gone", func() { t.Error("a watch taken back was called") })
 	mu.Unlock()
 	gone()
 	gone()
@@ -72,11 +74,11 @@ func TestWatch(t *testing.T) {
 	}
 	mu.Lock()
 	ws.Wake("k")
+	ws.Wake("k")
+	ws.Wake("gone")
 	mu.Unlock()
-	select {
-	case <-done:
-	default:
-		t.Error("the announcement did not close the watch")
+	if calls != 1 {
+		t.Errorf("the watch was called %d times by two announcements, want once", calls)
 	}
 	stop()
 	if ws.Len() != 0 {
