@@ -65,7 +65,7 @@ type page struct {
 	PredColumns    []head
 	PredLegend     []term
 	PredChecked    bool // the predictions are checks (a preset)
-	Checks         []checkRow
+	CheckGroups    []checkGroup
 	CheckColumns   []head
 	CheckLegend    []term
 	ChecksIntro    string
@@ -89,9 +89,7 @@ type scenarioView struct {
 	ID           string // the anchor of its section
 	Doc          string
 	Runs         int
-	Checked      bool // the suite has checks of this scenario
-	Passed       int  // of its checks
-	Failed       int
+	Checks       *checkGroup // nil when the suite has no check of the scenario
 	Rows         [][]string // summaryCells of each run
 	Figures      []figureView
 	FigureLegend []term
@@ -127,6 +125,14 @@ type predictionRow struct {
 	Layer, Predicted, Measured, Ratio string
 	Band, Expiries, Verdict, Note     string
 	Within                            bool
+}
+
+// checkGroup is the checks of one scenario, folded on the page unless one
+// failed.
+type checkGroup struct {
+	Scenario, ID   string
+	Passed, Failed int
+	Rows           []checkRow
 }
 
 type checkRow struct {
@@ -178,6 +184,26 @@ func newPage(s *lab.Suite) page {
 	}
 	p.ColumnLegend = legend(p.Columns, explained)
 	ids := map[string]bool{}
+	groups := map[string]int{}
+	for _, c := range s.Checks {
+		i, ok := groups[c.Scenario]
+		if !ok {
+			i = len(p.CheckGroups)
+			groups[c.Scenario] = i
+			p.CheckGroups = append(p.CheckGroups, checkGroup{Scenario: c.Scenario, ID: anchor("checks-", c.Scenario, ids)})
+		}
+		g := &p.CheckGroups[i]
+		if c.OK {
+			g.Passed++
+		} else {
+			g.Failed++
+		}
+		g.Rows = append(g.Rows, checkRow{
+			Result: passFail(c.OK), Scenario: c.Scenario, Layer: c.Layer,
+			Promise: c.Promise, Measured: c.Measured,
+			Observations: observations(c), Count: c.Observations, OK: c.OK,
+		})
+	}
 	for _, g := range byScenario(s.Runs) {
 		doc, ok := lab.ScenarioDocs[g.Name]
 		if !ok {
@@ -186,15 +212,8 @@ func newPage(s *lab.Suite) page {
 		p.ScenarioDocs = append(p.ScenarioDocs, term{g.Name, doc})
 
 		v := scenarioView{Name: g.Name, ID: anchor("scenario-", g.Name, ids), Doc: doc, Runs: len(g.Runs)}
-		for _, c := range s.Checks {
-			if c.Scenario == g.Name {
-				v.Checked = true
-				if c.OK {
-					v.Passed++
-				} else {
-					v.Failed++
-				}
-			}
+		if i, ok := groups[g.Name]; ok {
+			v.Checks = &p.CheckGroups[i]
 		}
 		for _, r := range g.Runs {
 			v.Rows = append(v.Rows, summaryCells(r))
@@ -256,13 +275,6 @@ func newPage(s *lab.Suite) page {
 	if len(s.Checks) > 0 {
 		p.CheckColumns = heads(checkColumns)
 		p.CheckLegend = legend(p.CheckColumns, explained)
-	}
-	for _, c := range s.Checks {
-		p.Checks = append(p.Checks, checkRow{
-			Result: passFail(c.OK), Scenario: c.Scenario, Layer: c.Layer,
-			Promise: c.Promise, Measured: c.Measured,
-			Observations: observations(c), Count: c.Observations, OK: c.OK,
-		})
 	}
 	p.Passed, p.Failed = countChecks(s.Checks)
 	return p

@@ -626,3 +626,48 @@ func TestPageProblems(t *testing.T) {
 		t.Error("a page with an unclosed table parsed")
 	}
 }
+
+// TestHTMLChecksFolded checks that the checks are grouped by scenario,
+// each check once, a group folded when all its checks passed and open when
+// one failed, and that each scenario's section links to its group.
+func TestHTMLChecksFolded(t *testing.T) {
+	s := testSuite()
+	root, err := parsePage(render(t, WriteHTML, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type group struct {
+		id      string
+		open    bool
+		results []string
+	}
+	var got []group
+	for _, d := range root.all(tagClass("details", "checks")) {
+		g := group{id: d.attrs["id"], open: d.attrs["open"] != ""}
+		for _, tr := range d.all(tagClass("tr", "")) {
+			if cells := tr.all(tagClass("td", "")); len(cells) > 0 {
+				g.results = append(g.results, cells[0].content()+" "+cells[1].content()+"/"+cells[2].content())
+			}
+		}
+		got = append(got, g)
+	}
+	want := []group{
+		{"checks-hot-key", false, []string{"PASS hot-key/lease"}},
+		{"checks-flush", true, []string{"FAIL flush/coalescing", "FAIL flush/lease"}},
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(group{})); diff != "" {
+		t.Errorf("check groups (-want +got):\n%s", diff)
+	}
+	for _, sec := range root.all(tagClass("section", "scenario")) {
+		var links []string
+		for _, p := range sec.all(tagClass("p", "checks-line")) {
+			for _, a := range p.all(tagClass("a", "")) {
+				links = append(links, a.attrs["href"])
+			}
+		}
+		want := "#checks-" + strings.TrimPrefix(sec.attrs["id"], "scenario-")
+		if !slices.Equal(links, []string{want}) {
+			t.Errorf("section %s links to checks %q, want %q", sec.attrs["id"], links, want)
+		}
+	}
+}
