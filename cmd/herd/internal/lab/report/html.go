@@ -90,7 +90,7 @@ type scenarioView struct {
 	Doc          string
 	Runs         int
 	Checks       *checkGroup // nil when the suite has no check of the scenario
-	Rows         [][]string // summaryCells of each run
+	Rows         [][]string  // summaryCells of each run
 	Figures      []figureView
 	FigureLegend []term
 	Bucket       string // width of the timeline buckets, e.g. "10 ms"; empty if the runs differ
