@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 
 	"github.com/herdcache/herd/cmd/herd/internal/lab"
 	"github.com/herdcache/herd/cmd/herd/internal/lab/report"
@@ -179,11 +180,11 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	bar := newProgress(stderr)
-	o.Progress = bar.update
-	o.Notes = noteWriter{stderr}
+	prog := newProgress(stderr, isTerminal(stdout) && isTerminal(stderr))
+	o.Progress = prog.step
+	o.Notes = noteWriter{prog}
 	suite, err := lab.RunSuite(ctx, o)
-	bar.finish()
+	prog.finish()
 	if suite != nil && len(suite.Runs) > 0 {
 		if werr := report.WriteTable(stdout, suite); werr != nil {
 			fmt.Fprintf(stderr, "herd lab: %v\n", werr)
@@ -331,43 +332,72 @@ func splitList(s string) []string {
 	return out
 }
 
-// progress shows a progress bar of runs on stderr, updated once per run; it
-// renders only when stderr is a terminal.
+// isTerminal reports whether w is a terminal (not a file, a pipe or
+// /dev/null).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progress reports the lab's runs on w. With bar set (stdout and stderr
+// both terminals) it draws a progress bar, redrawn as each run starts and
+// ends, that ends at 100%; otherwise (CI, a pipe to tee) it writes one line
+// per finished run, so a log shows the suite advancing. It is also the
+// writer of the lab's notes, so that a note does not land inside the bar.
 type progress struct {
-	w   io.Writer
-	tty bool
-	bar *progressbar.ProgressBar
+	w        io.Writer
+	bar      bool
+	pb       *progressbar.ProgressBar // nil before the first step
+	finished bool                     // the bar has reached 100% and ended its line
 }
 
-func newProgress(w io.Writer) *progress {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil {
-			tty = fi.Mode()&os.ModeCharDevice != 0
+func newProgress(w io.Writer, bar bool) *progress {
+	return &progress{w: w, bar: bar}
+}
+
+// step is the lab's Progress callback.
+func (p *progress) step(s lab.Step) {
+	if !p.bar {
+		if s.Run != nil {
+			fmt.Fprintf(p.w, "herd lab: %d/%d %s done in %s: %d backing-store calls, p99 %s\n",
+				s.Done, s.Total, s.Name, s.Took.Round(10*time.Millisecond), s.Run.OriginCalls, report.FormatLatency(s.Run.P99))
 		}
+		return
 	}
-	return &progress{w: w, tty: tty}
-}
-
-func (p *progress) update(done, total int, name string) {
-	if p.bar == nil {
-		p.bar = progressbar.NewOptions(total,
+	if p.pb == nil {
+		p.pb = progressbar.NewOptions(s.Total,
 			progressbar.OptionSetWriter(p.w),
-			progressbar.OptionSetVisibility(p.tty),
-			progressbar.OptionSetDescription("herd lab"),
 			progressbar.OptionSetItsString("runs"),
 			progressbar.OptionShowCount(),
 			progressbar.OptionSetWidth(30),
 			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionClearOnFinish(),
+			progressbar.OptionShowElapsedTimeOnFinish(),
+			progressbar.OptionOnCompletion(func() {
+				p.finished = true
+				fmt.Fprintln(p.w)
+			}),
 		)
 	}
-	p.bar.Describe(name)
-	_ = p.bar.Set(done)
+	switch {
+	case s.Done == s.Total:
+		p.pb.Describe("herd lab: done")
+	case s.Run == nil:
+		p.pb.Describe("herd lab: " + s.Name)
+	}
+	_ = p.pb.Set(s.Done)
 }
 
+// Write writes a note, clearing the bar first: the next step redraws it.
+func (p *progress) Write(b []byte) (int, error) {
+	if p.pb != nil && !p.finished {
+		_ = p.pb.Clear()
+	}
+	return p.w.Write(b)
+}
+
+// finish ends the bar's line if the suite stopped before its last run.
 func (p *progress) finish() {
-	if p.bar != nil {
-		_ = p.bar.Finish()
+	if p.pb != nil && !p.finished {
+		_ = p.pb.Exit()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/herdcache/herd/cmd/herd/internal/lab"
 	"github.com/herdcache/herd/cmd/herd/internal/lab/report"
@@ -320,5 +322,115 @@ func TestPredictionMissNoted(t *testing.T) {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
+	}
+}
+
+// TestProgressLinesOnAPipe runs the command with stdout and stderr piped,
+// as in CI or under tee: no progress bar, but a line on stderr per
+// finished run, with its place in the suite, name, duration, backing-store
+// calls and p99.
+func TestProgressLinesOnAPipe(t *testing.T) {
+	code, stdout, stderr := herdProcess(t, "lab", "--scenarios", "hot-key", "--layers", "none,lease",
+		"--replicas", "2", "--rate", "50", "--latency", "fixed:20ms", "--ttl", "100ms",
+		"--duration", "300ms", "--client-timeout", "500ms")
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if strings.Contains(stderr, "\r") || strings.Contains(stderr, "%") {
+		t.Errorf("stderr of a pipe holds a progress bar:\n%q", stderr)
+	}
+	var lines []string
+	for line := range strings.Lines(stderr) {
+		if strings.HasPrefix(line, "herd lab: ") && !strings.HasPrefix(line, "herd lab: note: ") {
+			lines = append(lines, line)
+		}
+	}
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`^herd lab: 1/2 hot-key/none done in [0-9.]+m?s: [0-9]+ backing-store calls, p99 [0-9.]+(ms|µs|ns)\n$`),
+		regexp.MustCompile(`^herd lab: 2/2 hot-key/lease done in [0-9.]+m?s: [0-9]+ backing-store calls, p99 [0-9.]+(ms|µs|ns)\n$`),
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("stderr has %d progress lines, want one per run (%d):\n%s", len(lines), len(want), stderr)
+	}
+	for i, re := range want {
+		if !re.MatchString(lines[i]) {
+			t.Errorf("progress line %d %q does not match %s", i+1, lines[i], re)
+		}
+	}
+}
+
+// TestProgressLines feeds a progress on a plain writer the steps of a
+// suite: one line per finished run, nothing as a run starts.
+func TestProgressLines(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b, false)
+	p.step(lab.Step{Done: 0, Total: 2, Name: "flush/none"})
+	if b.Len() != 0 {
+		t.Errorf("a run's start wrote %q", b.String())
+	}
+	p.step(lab.Step{Done: 1, Total: 2, Name: "flush/none", Took: 1234 * time.Millisecond,
+		Run: &lab.Run{OriginCalls: 45, P99: 821 * time.Microsecond}})
+	p.step(lab.Step{Done: 1, Total: 2, Name: "flush/lease"})
+	p.step(lab.Step{Done: 2, Total: 2, Name: "flush/lease", Took: 600 * time.Millisecond,
+		Run: &lab.Run{OriginCalls: 20, P99: 71100 * time.Microsecond}})
+	p.finish()
+	want := "herd lab: 1/2 flush/none done in 1.23s: 45 backing-store calls, p99 821µs\n" +
+		"herd lab: 2/2 flush/lease done in 600ms: 20 backing-store calls, p99 71.1ms\n"
+	if b.String() != want {
+		t.Errorf("progress wrote\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// frames splits what a progress bar wrote into the frames it drew (the
+// text between carriage returns), dropping blank ones.
+func frames(out string) []string {
+	var fs []string
+	for f := range strings.SplitSeq(out, "\r") {
+		if strings.TrimSpace(f) != "" {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// TestProgressBarEnds feeds a terminal's progress bar the steps of a
+// suite, with a note in the middle: its last frame shows 100% and every
+// run, and ends the line; the note starts on a cleared line. A suite that
+// stops early leaves the bar where it stood, its line ended.
+func TestProgressBarEnds(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b, true)
+	notes := noteWriter{p}
+	names := []string{"hot-key/none", "hot-key/lease", "flush/none"}
+	for i, n := range names {
+		p.step(lab.Step{Done: i, Total: 3, Name: n})
+		if i == 1 {
+			fmt.Fprintln(notes, "lab: something to say")
+		}
+		p.step(lab.Step{Done: i + 1, Total: 3, Name: n, Run: &lab.Run{}})
+	}
+	p.finish()
+	out := b.String()
+	fs := frames(out)
+	last := fs[len(fs)-1]
+	if !strings.Contains(last, "100%") || !strings.Contains(last, "(3/3") || !strings.HasSuffix(last, "\n") {
+		t.Errorf("the bar's last frame %q does not show 100%% of 3 runs, its line ended", last)
+	}
+	if strings.Count(out, "100%") != 1 {
+		t.Errorf("the bar was drawn at 100%% %d times, want once:\n%q", strings.Count(out, "100%"), out)
+	}
+	if !regexp.MustCompile(`\r *\rherd lab: note: something to say\n`).MatchString(out) {
+		t.Errorf("the note is not on a line of its own:\n%q", out)
+	}
+
+	b.Reset()
+	p = newProgress(&b, true)
+	p.step(lab.Step{Done: 0, Total: 3, Name: "hot-key/none"})
+	p.step(lab.Step{Done: 1, Total: 3, Name: "hot-key/none", Run: &lab.Run{}})
+	p.step(lab.Step{Done: 1, Total: 3, Name: "hot-key/lease"})
+	p.finish()
+	fs = frames(b.String())
+	if last := fs[len(fs)-1]; !strings.Contains(last, "33%") || !strings.HasSuffix(last, "\n") {
+		t.Errorf("a bar stopped after 1 of 3 runs ends on %q; want 33%% and its line ended", last)
 	}
 }

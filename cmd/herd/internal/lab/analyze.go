@@ -176,6 +176,7 @@ func (e *runEnv) analyze() *measures {
 				continue
 			}
 			measured = append(measured, ep)
+			r.Events = append(r.Events, Event{EventExpiry, ep[0].Start})
 			r.Expiries++
 			n += len(ep)
 			m.maxPerExpiry = max(m.maxPerExpiry, countLoads(ep))
@@ -212,6 +213,9 @@ func (e *runEnv) analyze() *measures {
 		from := e.flushAt
 		if e.p.scenario == "cold-start" {
 			from = 0
+			r.Events = []Event{{EventStart, e.measureFrom}}
+		} else if e.flushAt > 0 {
+			r.Events = []Event{{EventFlush, e.flushAt}}
 		}
 		since := callsSince(counted, from, func(id uint64) bool {
 			return e.p.scenario == "flush" && e.generation(id) == 0
@@ -264,6 +268,9 @@ func (e *runEnv) analyze() *measures {
 			}
 		}
 		m.downCalls, m.downLoads = len(down), countLoads(down)
+		if e.killAt > 0 {
+			r.Events = []Event{{EventKill, e.killAt}, {EventRestart, e.restartAt}}
+		}
 		// While the node is down each replica is on its own: group each
 		// replica's calls for a key into expiry events (calls overlapping in
 		// time); an early refresh after an earlier one ended is another event.

@@ -152,8 +152,10 @@
 // [Figures] lists the scenario-specific figures of Run.Extra with a label
 // and a sentence each. Every run of a suite counts the backing-store calls
 // it starts in buckets of one width (at most 120 over --duration), so the
-// timelines of a suite compare. In results.json durations are in
-// milliseconds, named with an _ms suffix.
+// timelines of a suite compare, and records its scenario's events on the
+// same clock (Run.Events: the measured expiries, the flush, the kill and
+// restart, the start of traffic). In results.json durations and instants
+// are in milliseconds, named with an _ms suffix.
 //
 // Refresh-ahead starts each refresh a load's duration plus a fifth before
 // its value's soft expiry (the duration herd plans by: the larger of the

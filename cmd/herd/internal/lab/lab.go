@@ -126,10 +126,10 @@ type Options struct {
 	// Check evaluates every layer's promises into Suite.Checks.
 	Check bool
 
-	// Progress, when non-nil, is called before each run with the number of
-	// runs done, the total and the name of the next run, and once at the end
-	// with done == total.
-	Progress func(done, total int, name string)
+	// Progress, when non-nil, is called before each run and after it, in
+	// order, from the goroutine that called RunSuite: the call after the
+	// last run has Done == Total.
+	Progress func(Step)
 	// Notes receives remarks about the suite (one line each); nil discards them.
 	Notes io.Writer
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -308,6 +309,84 @@ func TestLoadModels(t *testing.T) {
 		}
 		if s.LoadModel == "" || s.LoadModel[:6] != "closed" {
 			t.Errorf("load model %q, want closed-loop", s.LoadModel)
+		}
+	})
+}
+
+// TestProgressAndEvents checks that RunSuite reports each run before and
+// after it, in order, the last report with Done == Total, and that every
+// run records its scenario's events on its timeline's clock: hot-key one
+// per measured expiry, at a bucket where calls started; flush the flush;
+// node-kill the kill and, as long after as the node was down, the
+// restart; cold-start the start of traffic.
+func TestProgressAndEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := small()
+		o.Scenarios = []string{"hot-key", "flush", "node-kill", "cold-start"}
+		o.Layers = []string{"lease"}
+		o.Check = false
+		var steps []Step
+		o.Progress = func(s Step) { steps = append(steps, s) }
+		s := runSuite(t, o)
+
+		total := len(s.Runs)
+		if total != 6 || len(steps) != 2*total {
+			t.Fatalf("%d runs, %d progress steps; want 6 runs, a step before and after each", total, len(steps))
+		}
+		for i, r := range s.Runs {
+			before, after := steps[2*i], steps[2*i+1]
+			name := r.Scenario + "/" + r.Layer
+			if r.Variant != "" {
+				name += "/" + r.Variant
+			}
+			if before.Done != i || before.Total != total || before.Name != name || before.Run != nil {
+				t.Errorf("step before run %d: %+v, want done %d of %d, %s, no run", i, before, i, total, name)
+			}
+			if after.Done != i+1 || after.Total != total || after.Name != name || after.Run == nil ||
+				after.Run.Scenario != r.Scenario || after.Run.Variant != r.Variant || after.Took <= 0 {
+				t.Errorf("step after run %d: %+v, want done %d of %d, %s, its run and duration", i, after, i+1, total, name)
+			}
+		}
+		if last := steps[len(steps)-1]; last.Done != last.Total {
+			t.Errorf("last step %d of %d", last.Done, last.Total)
+		}
+
+		end := func(r Run) time.Duration { return time.Duration(len(r.Timeline)) * r.Bucket }
+		for _, r := range s.Runs {
+			var kinds []string
+			for i, ev := range r.Events {
+				kinds = append(kinds, ev.Kind)
+				if ev.At < 0 || ev.At >= end(r) || (i > 0 && ev.At < r.Events[i-1].At) {
+					t.Errorf("%s/%s: event %s at %v, outside the timeline [0, %v) or out of order", r.Scenario, r.Variant, ev.Kind, ev.At, end(r))
+				}
+			}
+			switch r.Scenario {
+			case "hot-key":
+				if r.Expiries == 0 || int64(len(r.Events)) != r.Expiries {
+					t.Errorf("hot-key: %d events for %d expiries", len(r.Events), r.Expiries)
+				}
+				for _, ev := range r.Events {
+					if ev.Kind != EventExpiry || r.Timeline[ev.At/r.Bucket] == 0 {
+						t.Errorf("hot-key: event %s at %v, where no call started", ev.Kind, ev.At)
+					}
+				}
+			case "flush":
+				if !slices.Equal(kinds, []string{EventFlush}) {
+					t.Errorf("flush: events %q", kinds)
+				}
+			case "node-kill":
+				if !slices.Equal(kinds, []string{EventKill, EventRestart}) {
+					t.Errorf("node-kill: events %q", kinds)
+					continue
+				}
+				if down := r.Events[1].At - r.Events[0].At; down.Milliseconds() != int64(r.Extra["down_ms"]) {
+					t.Errorf("node-kill: kill to restart %v, down %vms", down, r.Extra["down_ms"])
+				}
+			case "cold-start":
+				if !slices.Equal(kinds, []string{EventStart}) {
+					t.Errorf("cold-start/%s: events %q", r.Variant, kinds)
+				}
+			}
 		}
 	})
 }

@@ -100,6 +100,11 @@ type Run struct {
 	Timeline []int64       `json:"timeline"`
 	// Concurrency is the peak origin concurrency in each bucket.
 	Concurrency []int `json:"concurrency"`
+	// Events are the instants of the scenario's events, on the Timeline's
+	// clock, in order: hot-key's measured expiries (each the first call of
+	// its expiry event), the flush, node-kill's kill and restart,
+	// cold-start's start of traffic.
+	Events []Event `json:"events,omitempty"`
 
 	// Extra holds scenario-specific figures, keyed by the names [Figures]
 	// lists (e.g. "calls_while_down").
@@ -130,6 +135,42 @@ func (r *Run) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	r.P50, r.P99, r.P999, r.Bucket = fromMS(v.P50), fromMS(v.P99), fromMS(v.P999), fromMS(v.Bucket)
+	return nil
+}
+
+// Event kinds of [Run.Events].
+const (
+	EventExpiry  = "expiry"
+	EventFlush   = "flush"
+	EventKill    = "kill"
+	EventRestart = "restart"
+	EventStart   = "start"
+)
+
+// Event is an instant of a run's scenario: At is the time since the run
+// began (at_ms in JSON).
+type Event struct {
+	Kind string        `json:"kind"`
+	At   time.Duration `json:"-"`
+}
+
+type eventJSON struct {
+	Kind string  `json:"kind"`
+	At   float64 `json:"at_ms"`
+}
+
+// MarshalJSON writes ev with its instant in milliseconds.
+func (ev Event) MarshalJSON() ([]byte, error) {
+	return json.Marshal(eventJSON{ev.Kind, msOf(ev.At)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (ev *Event) UnmarshalJSON(b []byte) error {
+	var v eventJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	ev.Kind, ev.At = v.Kind, fromMS(v.At)
 	return nil
 }
 

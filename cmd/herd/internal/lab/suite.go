@@ -65,23 +65,24 @@ func RunSuite(ctx context.Context, o Options) (*Suite, error) {
 	plans := o.plans()
 	for i, p := range plans {
 		if o.Progress != nil {
-			o.Progress(i, len(plans), p.name())
+			o.Progress(Step{Done: i, Total: len(plans), Name: p.name()})
 		}
+		began := time.Now()
 		r, m, err := runOne(ctx, &o, b, query, i, p)
 		if err != nil {
 			s.Finished = time.Now()
 			return s, err
 		}
 		s.Runs = append(s.Runs, r)
+		if o.Progress != nil {
+			o.Progress(Step{Done: i + 1, Total: len(plans), Name: p.name(), Run: &r, Took: time.Since(began)})
+		}
 		if o.Check {
 			s.Checks = append(s.Checks, checks(m)...)
 		}
 		if p.scenario == "hot-key" && r.Expiries == 0 {
 			fmt.Fprintf(notes, "lab: %s saw no expiry after warm-up; make --duration longer than --ttl\n", p.name())
 		}
-	}
-	if o.Progress != nil {
-		o.Progress(len(plans), len(plans), "done")
 	}
 	s.Predictions = predictions(&o, s.Runs)
 	for _, p := range s.Predictions {
@@ -103,6 +104,21 @@ func RunSuite(ctx context.Context, o Options) (*Suite, error) {
 	}
 	s.Finished = time.Now()
 	return s, nil
+}
+
+// Step is where a suite stands, as [Options.Progress] reports it: a run
+// about to start (Run nil) or one just finished.
+type Step struct {
+	// Done is the number of runs finished, Total the number of runs of the
+	// suite.
+	Done, Total int
+	// Name is the run's scenario and layer (and variant), e.g.
+	// "cold-start/lease/warm".
+	Name string
+	// Run is what the run just finished measured, and Took how long it
+	// took; nil and zero before a run.
+	Run  *Run
+	Took time.Duration
 }
 
 // missNote says what a missed prediction means for the exit status.

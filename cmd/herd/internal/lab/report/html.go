@@ -7,9 +7,11 @@ import (
 	"html/template"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/herdcache/herd/cmd/herd/internal/lab"
 )
@@ -22,14 +24,16 @@ var pageSource string
 var pageTemplate = template.Must(template.New("report.html").Parse(pageSource))
 
 // WriteHTML writes report.html: a self-contained page (inline CSS and SVG,
-// no script, no external resource) with the configuration header; how to
-// read it (the ladder of layers, the scenarios, the summary columns); the
-// summary tables of WriteTable, each followed by its scenario-specific
-// figures and their legend; predictions and checks when present, with
-// their columns explained; and per scenario one chart per Run of the
+// no script, no external resource) with a table of contents linking to
+// each section; the configuration header; how to read it (the ladder of
+// layers, the scenarios, the summary columns); a section per scenario
+// holding its summary table of WriteTable, one chart per Run of the
 // backing-store calls started per timeline bucket (shared y scale, the
-// bucket width on every chart) and one chart of client latency percentiles
-// by layer. Every table header carries its explanation (a title) and
+// bucket width on every chart, the scenario's events marked: expiries,
+// the flush, the kill and restart, the start), its scenario-specific
+// figures and their legend, and a chart of client latency percentiles by
+// layer; then predictions and checks when present, with their columns
+// explained. Every table header carries its explanation (a title) and
 // appears in a visible legend.
 func WriteHTML(w io.Writer, s *lab.Suite) error {
 	if s == nil {
@@ -61,7 +65,7 @@ type page struct {
 	PredColumns    []head
 	PredLegend     []term
 	PredChecked    bool // the predictions are checks (a preset)
-	Checks         []checkRow
+	CheckGroups    []checkGroup
 	CheckColumns   []head
 	CheckLegend    []term
 	ChecksIntro    string
@@ -82,14 +86,26 @@ type term struct {
 
 type scenarioView struct {
 	Name         string
-	Rows         [][]string // summaryCells of each run
+	ID           string // the anchor of its section
+	Doc          string
+	Runs         int
+	Checks       *checkGroup // nil when the suite has no check of the scenario
+	Rows         [][]string  // summaryCells of each run
 	Figures      []figureView
 	FigureLegend []term
 	Bucket       string // width of the timeline buckets, e.g. "10 ms"; empty if the runs differ
 	YMax         string // shared top of the y axis of Timelines, in calls per bucket
 	Plotted      bool   // some run of the scenario has a timeline to plot
-	Timelines    []timelineChart
+	Timelines    []timelineGroup
+	EventLegend  []term // the kinds of event its charts mark
 	Latency      latencyChart
+}
+
+// timelineGroup is the timeline charts of one variant of a scenario, in
+// run order.
+type timelineGroup struct {
+	Variant string
+	Charts  []timelineChart
 }
 
 // figureView is one table of scenario-specific figures: one row per
@@ -109,6 +125,14 @@ type predictionRow struct {
 	Layer, Predicted, Measured, Ratio string
 	Band, Expiries, Verdict, Note     string
 	Within                            bool
+}
+
+// checkGroup is the checks of one scenario, folded on the page unless one
+// failed.
+type checkGroup struct {
+	Scenario, ID   string
+	Passed, Failed int
+	Rows           []checkRow
 }
 
 type checkRow struct {
@@ -159,6 +183,27 @@ func newPage(s *lab.Suite) page {
 		explained[l] = true
 	}
 	p.ColumnLegend = legend(p.Columns, explained)
+	ids := map[string]bool{}
+	groups := map[string]int{}
+	for _, c := range s.Checks {
+		i, ok := groups[c.Scenario]
+		if !ok {
+			i = len(p.CheckGroups)
+			groups[c.Scenario] = i
+			p.CheckGroups = append(p.CheckGroups, checkGroup{Scenario: c.Scenario, ID: anchor("checks-", c.Scenario, ids)})
+		}
+		g := &p.CheckGroups[i]
+		if c.OK {
+			g.Passed++
+		} else {
+			g.Failed++
+		}
+		g.Rows = append(g.Rows, checkRow{
+			Result: passFail(c.OK), Scenario: c.Scenario, Layer: c.Layer,
+			Promise: c.Promise, Measured: c.Measured,
+			Observations: observations(c), Count: c.Observations, OK: c.OK,
+		})
+	}
 	for _, g := range byScenario(s.Runs) {
 		doc, ok := lab.ScenarioDocs[g.Name]
 		if !ok {
@@ -166,7 +211,10 @@ func newPage(s *lab.Suite) page {
 		}
 		p.ScenarioDocs = append(p.ScenarioDocs, term{g.Name, doc})
 
-		v := scenarioView{Name: g.Name}
+		v := scenarioView{Name: g.Name, ID: anchor("scenario-", g.Name, ids), Doc: doc, Runs: len(g.Runs)}
+		if i, ok := groups[g.Name]; ok {
+			v.Checks = &p.CheckGroups[i]
+		}
 		for _, r := range g.Runs {
 			v.Rows = append(v.Rows, summaryCells(r))
 		}
@@ -188,10 +236,26 @@ func newPage(s *lab.Suite) page {
 		v.Bucket = commonBucket(g.Runs)
 		yMax, step := sharedScale(g.Runs)
 		v.YMax = fmtTick(yMax)
+		variants := map[string]int{}
+		kinds := map[string]bool{}
 		for _, r := range g.Runs {
 			c := newTimelineChart(r, yMax, step)
 			v.Plotted = v.Plotted || !c.Empty
-			v.Timelines = append(v.Timelines, c)
+			i, ok := variants[r.Variant]
+			if !ok {
+				i = len(v.Timelines)
+				variants[r.Variant] = i
+				v.Timelines = append(v.Timelines, timelineGroup{Variant: r.Variant})
+			}
+			v.Timelines[i].Charts = append(v.Timelines[i].Charts, c)
+			for _, ev := range c.Events {
+				kinds[ev.Kind] = true
+			}
+		}
+		for _, k := range eventKinds {
+			if kinds[k.Term] {
+				v.EventLegend = append(v.EventLegend, k)
+			}
 		}
 		v.Latency = newLatencyChart(g.Name, g.Runs)
 		p.Scenarios = append(p.Scenarios, v)
@@ -211,13 +275,6 @@ func newPage(s *lab.Suite) page {
 	if len(s.Checks) > 0 {
 		p.CheckColumns = heads(checkColumns)
 		p.CheckLegend = legend(p.CheckColumns, explained)
-	}
-	for _, c := range s.Checks {
-		p.Checks = append(p.Checks, checkRow{
-			Result: passFail(c.OK), Scenario: c.Scenario, Layer: c.Layer,
-			Promise: c.Promise, Measured: c.Measured,
-			Observations: observations(c), Count: c.Observations, OK: c.OK,
-		})
 	}
 	p.Passed, p.Failed = countChecks(s.Checks)
 	return p
@@ -286,9 +343,72 @@ type timelineChart struct {
 	Empty                           bool    // no timeline or no bucket width: nothing to plot
 	Path                            string  // step area of calls per bucket
 	YTicks, XTicks                  []tick
+	Events                          []eventMark // the run's events inside the plotted time
 	MaxLabel                        string
 	MaxY, XTickEnd, XLabelY         float64
 	AxisLabelY                      float64
+}
+
+// eventKinds are the kinds of lab.Event the charts mark, in legend order,
+// with what each marks.
+var eventKinds = []term{
+	{lab.EventExpiry, "an expiry event the run measured, at its first backing-store call (under xfetch and ahead, a refresh that began before the key expired)"},
+	{lab.EventFlush, "the remote tier flushed, every replica given an empty cache"},
+	{lab.EventKill, "the Redis node killed (embedded: the shared remote tier stops answering)"},
+	{lab.EventRestart, "the node back"},
+	{lab.EventStart, "client traffic begins (cold: at once; warm and fleet: once the replicas have warmed)"},
+}
+
+// eventMark is a vertical line at an event's instant on a timeline chart,
+// named beside it unless it is an expiry (there may be dozens).
+type eventMark struct {
+	Kind   string
+	AtMS   float64
+	X      float64
+	Title  string // tooltip: what and when
+	Label  string // drawn beside the line; empty for expiries
+	LabelX float64
+	LabelY float64
+	Anchor string // text-anchor of the label: start, or end near the right edge
+}
+
+// eventMarks places the events of r on a chart whose time axis x maps
+// seconds to SVG units up to total seconds; events outside it, or of a kind
+// the page does not know, are left out. Labels that would overlap step
+// down a line.
+func eventMarks(c *timelineChart, r lab.Run, x func(float64) float64, total float64) []eventMark {
+	var out []eventMark
+	var lineEnd []float64 // right edge of the last label on each line
+	for _, ev := range r.Events {
+		at := ev.At.Seconds()
+		known := slices.ContainsFunc(eventKinds, func(k term) bool { return k.Term == ev.Kind })
+		if !known || at < 0 || at > total {
+			continue
+		}
+		m := eventMark{Kind: ev.Kind, AtMS: ms(ev.At), X: round1(x(at)),
+			Title: ev.Kind + " at " + fmtSig(at) + " s"}
+		if ev.Kind != lab.EventExpiry {
+			m.Label = ev.Kind
+			w := float64(utf8.RuneCountInString(m.Label)) * eventCharWidth
+			left := m.X + 3
+			m.Anchor, m.LabelX = "start", left
+			if left+w > c.X1 {
+				left, m.Anchor, m.LabelX = m.X-3-w, "end", m.X-3
+			}
+			line := 0
+			for line < len(lineEnd) && left < lineEnd[line]+4 {
+				line++
+			}
+			if line == len(lineEnd) {
+				lineEnd = append(lineEnd, 0)
+			}
+			lineEnd[line] = left + w
+			m.LabelX = round1(m.LabelX)
+			m.LabelY = round1(c.Y0 + 10 + 11*float64(line))
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // counts returns a Run's timeline as calls per bucket; nil when there is
@@ -357,7 +477,7 @@ func niceScale(peak float64) (top, step float64) {
 
 func newTimelineChart(r lab.Run, yMax, step float64) timelineChart {
 	c := timelineChart{
-		box:      newBox(360, 214, 50, 24, 14, 40),
+		box:      newBox(300, 190, 44, 22, 10, 36),
 		Scenario: r.Scenario, Layer: r.Layer, Variant: r.Variant, Label: layerLabel(r),
 		YMax: yMax,
 	}
@@ -405,6 +525,7 @@ func newTimelineChart(r lab.Run, yMax, step float64) timelineChart {
 	}
 	fmt.Fprintf(&path, "L%s %sZ", coord(c.X1), coord(c.Y1))
 	c.Path = path.String()
+	c.Events = eventMarks(&c, r, x, total)
 	calls := "calls"
 	if peak == 1 {
 		calls = "call"
@@ -448,8 +569,9 @@ type legendItem struct {
 // approximate width of one character of the 11px chart font, and of the
 // 9px font of the bars' values, in SVG units
 const (
-	charWidth  = 6.2
-	valueWidth = 5.2
+	charWidth      = 6.2
+	valueWidth     = 5.2
+	eventCharWidth = 5.6 // the 10px font of event labels
 )
 
 func newLatencyChart(scenario string, runs []lab.Run) latencyChart {
@@ -493,11 +615,11 @@ func newLatencyChart(scenario string, runs []lab.Run) latencyChart {
 	y := func(v float64) float64 { return c.Y1 - (math.Log10(v)-dlo)/(dhi-dlo)*c.PlotH }
 	for d := dlo; d <= dhi+1e-9; d++ {
 		v := math.Pow(10, d)
-		c.YTicks = append(c.YTicks, tick{round1(y(v)), fmtTick(v)})
+		c.YTicks = append(c.YTicks, tick{round1(y(v)), FormatLatency(fromMS(v))})
 	}
 	// Label a top that is not a decade unless it would crowd the last one.
 	if top := math.Pow(10, dhi); dhi-math.Floor(dhi) > 0.45 {
-		c.YTicks = append(c.YTicks, tick{round1(y(top)), fmtTick(top)})
+		c.YTicks = append(c.YTicks, tick{round1(y(top)), FormatLatency(fromMS(top))})
 	}
 
 	barW := min(gw*0.72/3, 44)
@@ -514,7 +636,7 @@ func newLatencyChart(scenario string, runs []lab.Run) latencyChart {
 				Class: classes[j],
 				X:     round1(cx + (float64(j)-1.5)*barW),
 				W:     round1(barW - 2),
-				Title: fmt.Sprintf("%s %s: %s ms", layerLabel(r), classes[j], fmtMS(d)),
+				Title: fmt.Sprintf("%s %s: %s", layerLabel(r), classes[j], FormatLatency(d)),
 			}
 			top := c.Y1
 			if v > 0 {
@@ -522,9 +644,9 @@ func newLatencyChart(scenario string, runs []lab.Run) latencyChart {
 			}
 			b.Y, b.H = round1(top), round1(c.Y1-top)
 			if barW >= 24 {
-				b.Value = fmtSig(v)
+				b.Value = FormatLatency(d)
 				b.TextX, b.TextY = round1(b.X+b.W/2), round1(top-3)
-				b.Rotate = float64(len(b.Value))*valueWidth > barW
+				b.Rotate = float64(utf8.RuneCountInString(b.Value))*valueWidth > barW
 			}
 			g.Bars = append(g.Bars, b)
 		}
@@ -557,5 +679,38 @@ func fmtTick(v float64) string {
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+// fromMS converts milliseconds to a duration, to the nearest nanosecond.
+func fromMS(v float64) time.Duration { return time.Duration(math.Round(v * float64(time.Millisecond))) }
+
+// anchor returns an id for name, unique among used (which it adds it to):
+// prefix, then name's letters and digits lower-cased, each run of other
+// characters a hyphen; a number follows when that is taken or empty.
+func anchor(prefix, name string, used map[string]bool) string {
+	var b strings.Builder
+	hyphen := false
+	for _, r := range strings.ToLower(name) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			if hyphen && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			hyphen = false
+		} else {
+			hyphen = true
+		}
+	}
+	id := prefix + b.String()
+	if b.Len() == 0 || used[id] {
+		for i := 2; ; i++ {
+			if c := id + "-" + strconv.Itoa(i); !used[c] {
+				id = c
+				break
+			}
+		}
+	}
+	used[id] = true
+	return id
+}
 
 func coord(v float64) string { return strconv.FormatFloat(round1(v), 'f', -1, 64) }

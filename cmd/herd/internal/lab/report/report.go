@@ -226,12 +226,12 @@ var summaryColumns = []column{
 		"backing-store calls per expiry event: per expiry of the key in hot-key; elsewhere the one event (the flush, the kill, the start), so it equals the calls; - when none was measured"},
 	{"peak", "peak concurrency", false,
 		"the most backing-store calls in flight at once, fleet-wide"},
-	{"p50", "p50 latency (ms)", false,
-		"median client latency, in milliseconds to 3 significant digits"},
-	{"p99", "p99 latency (ms)", false,
-		"99th-percentile client latency, in milliseconds to 3 significant digits"},
-	{"p999", "p999 latency (ms)", false,
-		"99.9th-percentile client latency, in milliseconds to 3 significant digits"},
+	{"p50", "p50 latency", false,
+		"median client latency, to 3 significant digits: in ms, below a millisecond in µs (below a microsecond, ns)"},
+	{"p99", "p99 latency", false,
+		"99th-percentile client latency, to 3 significant digits: in ms, below a millisecond in µs (below a microsecond, ns)"},
+	{"p999", "p999 latency", false,
+		"99.9th-percentile client latency, to 3 significant digits: in ms, below a millisecond in µs (below a microsecond, ns)"},
 	{"errors", "errors", false,
 		"requests that failed, shed ones included"},
 	{"shed", "shed", false,
@@ -243,17 +243,17 @@ var summaryColumns = []column{
 }
 
 // summaryCells formats one Run as the cells of summaryColumns: counts as
-// plain integers, calls per expiry with one decimal, latencies (ms) to 3
-// significant digits.
+// plain integers, calls per expiry with one decimal, latencies as
+// [FormatLatency] does.
 func summaryCells(r lab.Run) []string {
 	return []string{
 		layerLabel(r),
 		itoa(r.OriginCalls),
 		perExpiry(r),
 		strconv.Itoa(r.PeakOrigin),
-		fmtMS(r.P50),
-		fmtMS(r.P99),
-		fmtMS(r.P999),
+		FormatLatency(r.P50),
+		FormatLatency(r.P99),
+		FormatLatency(r.P999),
 		itoa(r.Errors),
 		itoa(r.Shed),
 		itoa(r.StaleServed),
@@ -496,8 +496,24 @@ func countChecks(cs []lab.Check) (passed, failed int) {
 	return passed, failed
 }
 
-// fmtMS formats a duration in milliseconds to 3 significant digits.
-func fmtMS(d time.Duration) string { return fmtSig(ms(d)) }
+// FormatLatency formats a latency to 3 significant digits with its unit:
+// milliseconds ("251ms", "1.26ms", "1900ms"), or below a millisecond
+// microseconds ("821µs"), or below a microsecond nanoseconds ("950ns");
+// "0" for none. The unit is chosen after rounding, so 999.7µs is "1ms".
+func FormatLatency(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	ns := float64(d)
+	exp := math.Pow(10, math.Floor(math.Log10(ns))-2)
+	switch rounded := math.Round(ns/exp) * exp; {
+	case rounded >= float64(time.Millisecond):
+		return fmtSig(ms(d)) + "ms"
+	case rounded >= float64(time.Microsecond):
+		return fmtSig(ns/float64(time.Microsecond)) + "µs"
+	}
+	return fmtSig(ns) + "ns"
+}
 
 // fmtBucket formats a bucket width with its unit: "10 ms", "2 s".
 func fmtBucket(d time.Duration) string {

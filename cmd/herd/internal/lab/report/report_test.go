@@ -102,6 +102,15 @@ func testSuite() *lab.Suite {
 	add("flush", fig{layer: "lease", requests: 20002, calls: 1000, expiries: 1, perExpiry: 999.5, peakConc: 50,
 		p50: ms(2.04), p99: ms(260.3), p999: ms(420.7), errs: 0, shed: 6, stale: 15000, waited: 30,
 		bucket: 250 * time.Millisecond, timeline: spikes(40, 1, 5)})
+	// hot-key's expiries at its spikes; the flush a quarter into the run.
+	for i := range 3 {
+		for _, at := range []float64{200, 700, 1200, 1700} {
+			s.Runs[i].Events = append(s.Runs[i].Events, lab.Event{Kind: lab.EventExpiry, At: ms(at)})
+		}
+	}
+	for i := 3; i < 6; i++ {
+		s.Runs[i].Events = []lab.Event{{Kind: lab.EventFlush, At: ms(2500)}}
+	}
 	s.Predictions = []lab.Prediction{
 		{Preset: "stampede", Layer: "none", What: "calls per expiry", Predicted: 80, Measured: 75,
 			Expiries: 3, Band: 0.35, Within: true, Checked: true, Note: "±35% rather than ±20%: few expiries."},
@@ -222,21 +231,22 @@ func TestWriteTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	// Latencies to 3 significant digits: a sub-millisecond p50 is not 0.0.
+	// Latencies to 3 significant digits with their unit: a sub-millisecond
+	// p50 in µs.
 	wantHot := [][]string{
 		{"layer", "calls", "/expiry", "peak", "p50", "p99", "p999", "errors", "shed", "stale", "waited"},
-		{"none", "1500", "75.0", "480", "1.26", "251", "612", "3", "0", "0", "1400"},
-		{"coalescing", "400", "20.0", "20", "1.11", "249", "302", "2", "4", "0", "380"},
-		{"lease", "21", "1.1", "1", "0.94", "3.21", "256", "1", "5", "600", "19"},
+		{"none", "1500", "75.0", "480", "1.26ms", "251ms", "612ms", "3", "0", "0", "1400"},
+		{"coalescing", "400", "20.0", "20", "1.11ms", "249ms", "302ms", "2", "4", "0", "380"},
+		{"lease", "21", "1.1", "1", "940µs", "3.21ms", "256ms", "1", "5", "600", "19"},
 	}
 	if diff := cmp.Diff(wantHot, tableRows(t, out, "hot-key")[:4]); diff != "" {
 		t.Errorf("hot-key table (-want +got):\n%s\n%s", diff, out)
 	}
 	wantFlush := [][]string{
 		{"layer", "calls", "/expiry", "peak", "p50", "p99", "p999", "errors", "shed", "stale", "waited"},
-		{"none", "9000", "9000.0", "900", "250", "700", "1900", "40", "0", "0", "9000"},
-		{"coalescing", "1000", "1000.0", "64", "240", "400", "801", "7", "120", "0", "1000"},
-		{"lease", "1000", "999.5", "50", "2.04", "260", "421", "0", "6", "15000", "30"},
+		{"none", "9000", "9000.0", "900", "250ms", "700ms", "1900ms", "40", "0", "0", "9000"},
+		{"coalescing", "1000", "1000.0", "64", "240ms", "400ms", "801ms", "7", "120", "0", "1000"},
+		{"lease", "1000", "999.5", "50", "2.04ms", "260ms", "421ms", "0", "6", "15000", "30"},
 	}
 	if diff := cmp.Diff(wantFlush, tableRows(t, out, "flush")); diff != "" {
 		t.Errorf("flush table (-want +got):\n%s\n%s", diff, out)
@@ -423,8 +433,8 @@ func TestWriteHTMLCharts(t *testing.T) {
 		t.Errorf("latency charts (-want +got):\n%s", diff)
 	}
 	for _, want := range []string{
-		"<title>none p99: 251 ms</title>", "<title>coalescing&#43;lease (warm) p999: 421 ms</title>",
-		"<title>lease p50: 0.94 ms</title>",
+		"<title>none p99: 251ms</title>", "<title>coalescing&#43;lease (warm) p999: 421ms</title>",
+		"<title>lease p50: 940µs</title>",
 		`<rect class="p50"`, `<rect class="p99"`, `<rect class="p999"`,
 		">p50</text>", ">p99</text>", ">p999</text>", // legend
 	} {
@@ -444,7 +454,7 @@ func TestWriteHTMLTables(t *testing.T) {
 		"<dt>load model</dt><dd>open-loop (Poisson arrivals)</dd>",
 		"<dt>seed</dt><dd>42</dd>",
 		`>calls per expiry</th>`,
-		`<tr><td class="l">none</td><td>1500</td><td>75.0</td><td>480</td><td>1.26</td><td>251</td><td>612</td><td>3</td><td>0</td><td>0</td><td>1400</td></tr>`,
+		`<tr><td class="l">none</td><td>1500</td><td>75.0</td><td>480</td><td>1.26ms</td><td>251ms</td><td>612ms</td><td>3</td><td>0</td><td>0</td><td>1400</td></tr>`,
 		`<tr><td class="l">none</td><td>80</td><td>75</td><td>0.94×</td><td>±35%</td><td>3</td><td class="l pass">within</td></tr>`,
 		`<td class="l fail">outside</td>`,
 		`<strong>none:</strong> ±35% rather than ±20%: few expiries.`,
@@ -521,8 +531,12 @@ func TestWriteHTMLEscapes(t *testing.T) {
 	if !strings.Contains(out, "<dt>&lt;script&gt;alert(1)&lt;/script&gt;</dt>") {
 		t.Error("escaped scenario missing from the scenario legend")
 	}
-	if !strings.Contains(out, "Scenario &lt;script&gt;alert(1)&lt;/script&gt;</h3>") {
+	if !strings.Contains(out, "<h2>Scenario &lt;script&gt;alert(1)&lt;/script&gt;<a ") {
 		t.Error("escaped scenario heading missing")
+	}
+	if !strings.Contains(out, `<section class="scenario" id="scenario-script-alert-1-script">`) ||
+		!strings.Contains(out, `<a href="#scenario-script-alert-1-script">`) {
+		t.Error("the scenario's section and its link lack a plain anchor")
 	}
 	if n := strings.Count(out, `class="chart"`); n != len(s.Runs) {
 		t.Errorf(`got %d class="chart", want %d`, n, len(s.Runs))
@@ -764,6 +778,32 @@ func TestCountScale(t *testing.T) {
 		}
 		if step != math.Trunc(step) || top < c.peak {
 			t.Errorf("countScale(%v) = %v, %v: not whole calls, or below the peak", c.peak, top, step)
+		}
+	}
+}
+
+func TestFormatLatency(t *testing.T) {
+	for _, c := range []struct {
+		in   time.Duration
+		want string
+	}{
+		{0, "0"},
+		{-time.Millisecond, "0"},
+		{1, "1ns"},
+		{950 * time.Nanosecond, "950ns"},
+		{time.Microsecond, "1µs"},
+		{1234 * time.Nanosecond, "1.23µs"},
+		{821 * time.Microsecond, "821µs"},
+		{999_400 * time.Nanosecond, "999µs"},
+		{999_700 * time.Nanosecond, "1ms"}, // rounds to 1000µs: the next unit
+		{time.Millisecond, "1ms"},
+		{1_260_000 * time.Nanosecond, "1.26ms"},
+		{251_340 * time.Microsecond, "251ms"},
+		{1900 * time.Millisecond, "1900ms"},
+		{12_345 * time.Millisecond, "12345ms"}, // every integer digit kept, as elsewhere
+	} {
+		if got := FormatLatency(c.in); got != c.want {
+			t.Errorf("FormatLatency(%v) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

@@ -13,12 +13,13 @@ import (
 // WriteTable writes the terminal summary: the configuration header; a
 // legend of the ladder and of the columns; per scenario a table with one
 // row per layer (and variant) holding origin calls, calls per expiry (one
-// decimal), peak origin concurrency, p50, p99 and p999 client latency (ms,
-// 3 significant digits), errors, shed, stale-served and waited-on-origin
-// counts, then the scenario-specific figures by their labels, one row per
-// figure and one column per layer (a table per variant); then predicted
-// against measured figures with their band and verdict, and notes on them,
-// if any; then one PASS or FAIL line per check with what it judged, if any.
+// decimal), peak origin concurrency, p50, p99 and p999 client latency (3
+// significant digits with a unit: ms, µs below a millisecond), errors, shed,
+// stale-served and waited-on-origin counts, then the scenario-specific
+// figures by their labels, one row per figure and one column per layer (a
+// table per variant); then predicted against measured figures with their
+// band and verdict, and notes on them, if any; then one PASS or FAIL line
+// per check with what it judged, if any.
 func WriteTable(w io.Writer, s *lab.Suite) error {
 	if s == nil {
 		return errNilSuite
