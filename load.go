@@ -54,12 +54,18 @@ type directives struct {
 }
 
 // SetTTL sets, from inside a load, the soft and hard TTL of the entry that
-// load is making (before jitter); hard below soft means no stale window.
-// Inside a batch load it sets them for every key of the call ([SetTTLFor]
-// sets one key's). Outside a load it does nothing.
+// load is making (before jitter); a hard TTL of zero means the soft one (no
+// stale window). Inside a batch load it sets them for every key of the
+// call ([SetTTLFor] sets one key's). TTLs that [New] would refuse as
+// [Options.SoftTTL] and HardTTL make the load fail, whatever it returns,
+// with New's words ("herd: SetTTL: HardTTL (1s) must not be shorter than
+// SoftTTL (1m0s)"): its callers get that error and nothing is cached.
+// Outside a load it does nothing.
 func SetTTL(ctx context.Context, soft, hard time.Duration) {
-	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok && soft > 0 {
-		ds.update("", true, func(d *directives) { d.soft, d.hard = soft, hard })
+	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok {
+		if !ds.refuse(ttlError("herd: SetTTL: ", soft, hard)) {
+			ds.update("", true, func(d *directives) { d.soft, d.hard = soft, hard })
+		}
 	}
 }
 
