@@ -291,7 +291,7 @@ func (ds *batchDirectives) update(key string, all bool, fn func(*directives)) {
 // it does nothing.
 func SetTTLFor(ctx context.Context, key string, soft, hard time.Duration) {
 	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok {
-		if !ds.refuse(ttlError(fmt.Sprintf("herd: SetTTLFor %q: ", key), soft, hard)) {
+		if !ds.refuse(loadTTLError(fmt.Sprintf("herd: SetTTLFor %q: ", key), soft, hard)) {
 			ds.update(key, false, func(d *directives) { d.soft, d.hard = soft, hard })
 		}
 	}

@@ -117,6 +117,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	c.brk.cooldown = cfg.BreakerCooldown
 	c.brk.onChange = c.breakerChanged
 	c.observe()
+	c.brk.startFrom(cfg.Store)
 	c.gens.seed = maphash.MakeSeed()
 	c.tags.limit = max(2*cfg.MaxEntries, 1024)
 	if c.local, err = newLocal(cfg); err != nil {

@@ -171,7 +171,12 @@ type Options[V any] struct {
 	// serves from the local tier (fresh and, unless NoStale, stale until the
 	// hard TTL) and loads once per key per process. Zero means the breaker
 	// never opens: every miss still tries the remote tier, and its failures
-	// still fall back to the local tier and the load.
+	// still fall back to the local tier and the load. A Store with a method
+	// Reached() bool that reports false when New is called (a
+	// redisstore.Remote that has not reached Redis) starts the breaker
+	// open, with a probe due: the first remote call probes the tier, and
+	// the calls made meanwhile do without it rather than each wait for its
+	// timeout.
 	BreakerThreshold int
 	// BreakerCooldown is how long the breaker stays open before one call
 	// probes the remote tier; a successful probe closes it, and local copies
