@@ -2,6 +2,7 @@ package herd
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -43,7 +44,7 @@ type Item[V any] struct {
 //
 // ctx bounds only this caller's wait: keys still loading when it ends get
 // its error, and their loads go on for their other callers. Empty keys
-// make no call.
+// make no call. Errors are as [Cache.Get] returns them.
 func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFunc[V], opts ...CallOption) []Item[V] {
 	items := make([]Item[V], len(keys))
 	if c.closed.Load() {
@@ -61,6 +62,11 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 	}
 	if len(missed) > 0 {
 		c.fillMissed(ctx, missed, at, items, load, c.resolve(opts))
+	}
+	for i := range items {
+		if items[i].Err != nil {
+			items[i].Err = outward("get", keys[i], items[i].Err)
+		}
 	}
 	return items
 }
@@ -183,6 +189,9 @@ func (c *Cache[V]) runBatchLoad(ctx context.Context, keys []string, load BatchLo
 	ds = &batchDirectives{}
 	elapsed, err = c.timeLoad(context.WithValue(ctx, batchDirectivesKey{}, ds), keys, background, func(lctx context.Context) (err error) {
 		vals, err = load(lctx, keys)
+		if err == nil {
+			err = ds.refused()
+		}
 		return err
 	})
 	return vals, elapsed, ds, err
@@ -212,6 +221,30 @@ type batchDirectives struct {
 	mu  sync.Mutex
 	all directives
 	per map[string]*directives
+	// bad is the first invalid directive's error: it fails the load.
+	bad error
+}
+
+// refuse keeps err, the error of an invalid directive, to fail the load
+// with, and reports whether it is one (not nil).
+func (ds *batchDirectives) refuse(err error) bool {
+	if err == nil {
+		return false
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.bad == nil {
+		ds.bad = err
+	}
+	return true
+}
+
+// refused is the error of the load's first invalid directive; nil when
+// none was.
+func (ds *batchDirectives) refused() error {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	return ds.bad
 }
 
 type batchDirectivesKey struct{}
@@ -253,10 +286,14 @@ func (ds *batchDirectives) update(key string, all bool, fn func(*directives)) {
 
 // SetTTLFor sets, from inside a batch load ([BatchLoadFunc]), the soft and
 // hard TTL of key's entry, as [SetTTL] does inside a load; it overrides a
-// SetTTL of the same load. Outside a batch load it does nothing.
+// SetTTL of the same load. TTLs that [New] would refuse fail the whole
+// call, as SetTTL's do, for every key it was given. Outside a batch load
+// it does nothing.
 func SetTTLFor(ctx context.Context, key string, soft, hard time.Duration) {
-	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok && soft > 0 {
-		ds.update(key, false, func(d *directives) { d.soft, d.hard = soft, hard })
+	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok {
+		if !ds.refuse(loadTTLError(fmt.Sprintf("herd: SetTTLFor %q: ", key), soft, hard)) {
+			ds.update(key, false, func(d *directives) { d.soft, d.hard = soft, hard })
+		}
 	}
 }
 

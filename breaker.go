@@ -230,3 +230,26 @@ func (b *breaker) degraded() (time.Duration, int64) {
 	}
 	return d, b.opens
 }
+
+// startFrom opens the breaker, with a probe due at once, when store knows
+// it has had no answer from its server since it was made: it has a method
+// Reached() bool, as redisstore's Remote has, that reports false. So the
+// first remote call probes the tier, and the calls made meanwhile go
+// without it instead of each waiting for its timeout. A breaker that never
+// opens (threshold zero) starts closed whatever store says.
+func (b *breaker) startFrom(store Store) {
+	r, ok := store.(interface{ Reached() bool })
+	if !ok || b.threshold == 0 || r.Reached() {
+		return
+	}
+	b.mu.Lock()
+	b.openedAt = nowNano()
+	b.opens++
+	b.retryAt.Store(b.openedAt)
+	b.state.Store(breakerOpen)
+	b.advance()
+	b.mu.Unlock()
+	if b.onChange != nil {
+		b.onChange(true)
+	}
+}

@@ -221,3 +221,56 @@ func TestBreakerCountsBurstOnce(t *testing.T) {
 		t.Fatalf("open %v after %d openings, want open after 1", b.open(), opens.Load())
 	}
 }
+
+// reachedStore is a Store that tells whether it has reached its server.
+type reachedStore struct {
+	Store
+	reached bool
+}
+
+func (s reachedStore) Reached() bool { return s.reached }
+
+// A breaker starts open, with a probe due at once, over a Store that has
+// not reached its server; closed over one that has, over one that cannot
+// tell, and when it never opens.
+func TestBreakerStartsFromStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var opened []bool
+		b := &breaker{threshold: 5, cooldown: time.Second, onChange: func(open bool) { opened = append(opened, open) }}
+		b.startFrom(reachedStore{reached: false})
+		if !b.open() || !b.probeDue() || len(opened) != 1 || !opened[0] {
+			t.Fatalf("over an unreached Store: open %v, probe due %v, changes %v; want open with a probe due, reported", b.open(), b.probeDue(), opened)
+		}
+		if _, opens := b.degraded(); opens != 1 {
+			t.Errorf("opens = %d, want 1", opens)
+		}
+		if !b.allow() || b.allow() {
+			t.Fatal("want exactly one probe")
+		}
+		b.record(context.Background(), b.at(), errors.New("down"))
+		if !b.open() || b.probeDue() {
+			t.Fatal("a failed first probe did not keep the breaker open for its cool-down")
+		}
+		time.Sleep(time.Second)
+		if !b.allow() {
+			t.Fatal("no probe after the cool-down")
+		}
+		b.record(context.Background(), b.at(), nil)
+		if b.open() {
+			t.Fatal("a probe that succeeded did not close the breaker")
+		}
+
+		for _, s := range []Store{reachedStore{reached: true}, nil} {
+			b := &breaker{threshold: 5, cooldown: time.Second}
+			b.startFrom(s)
+			if b.open() {
+				t.Errorf("over %T: the breaker starts open", s)
+			}
+		}
+		never := &breaker{}
+		never.startFrom(reachedStore{reached: false})
+		if never.open() {
+			t.Error("a breaker of threshold zero starts open")
+		}
+	})
+}

@@ -117,6 +117,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	c.brk.cooldown = cfg.BreakerCooldown
 	c.brk.onChange = c.breakerChanged
 	c.observe()
+	c.brk.startFrom(cfg.Store)
 	c.gens.seed = maphash.MakeSeed()
 	c.tags.limit = max(2*cfg.MaxEntries, 1024)
 	if c.local, err = newLocal(cfg); err != nil {
@@ -259,6 +260,15 @@ func (c *Cache[V]) resolve(opts []CallOption) callOpts {
 // runs (unless NoStale). On a miss one load per key runs at a time in this
 // process, and with a Lease one per fleet; every caller waiting for it gets
 // its value or error, and each caller's ctx bounds only its own wait.
+//
+// An error the load returns is returned as it is. Other errors start with
+// "herd: ". A load that panics does not crash the process: every caller
+// waiting for it gets an error that wraps a [*flight.PanicError] holding
+// the panic value and the stack (errors.Is and errors.As see through it to
+// a panic value that is an error), nothing is cached, and the next Get of
+// the key loads again; a load that calls runtime.Goexit gives
+// [flight.ErrGoexit] the same way. A caller whose ctx ends first gets an
+// error that wraps ctx.Err() (and its cause).
 func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts ...CallOption) (V, error) {
 	if c.closed.Load() {
 		var zero V
@@ -275,7 +285,8 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 			return c.served(e)
 		}
 	}
-	return c.miss(ctx, key, load, c.resolve(opts))
+	v, err := c.miss(ctx, key, load, c.resolve(opts))
+	return v, outward("get", key, err)
 }
 
 // GetIfPresent returns key's value when the local tier holds a fresh one
@@ -474,15 +485,16 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 }
 
 // SetWithTTL is Set with the soft and hard TTL of this value (jittered as
-// configured) in place of the cache's; a hard TTL below the soft one means
-// no stale window. A soft TTL that is not positive or either TTL above
-// [MaxTTL] is an error, and nothing is stored.
+// configured) in place of the cache's. They are judged as [New] judges
+// [Options.SoftTTL] and HardTTL: a hard TTL of zero means the soft one (no
+// stale window), and TTLs New would refuse are an error with New's words,
+// and nothing is stored.
 func (c *Cache[V]) SetWithTTL(ctx context.Context, key string, v V, soft, hard time.Duration) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	if soft <= 0 || soft > MaxTTL || hard > MaxTTL {
-		return fmt.Errorf("herd: set %q: TTLs %v and %v: the soft TTL must be positive and neither above MaxTTL (%v)", key, soft, hard, MaxTTL)
+	if err := ttlError(fmt.Sprintf("herd: set %q: ", key), soft, hard); err != nil {
+		return err
 	}
 	now := c.clk.now()
 	soft, hard = c.cfg.jitter.Pair(soft, max(hard, soft), c.jitterDraw())

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -905,7 +906,7 @@ func TestSetTTLInsideLoad(t *testing.T) {
 	}{
 		{"shorter", time.Second, 3 * time.Second, time.Second, 3 * time.Second},
 		{"longer", 30 * time.Second, 40 * time.Second, 30 * time.Second, 40 * time.Second},
-		{"hard below soft", 5 * time.Second, 0, 5 * time.Second, 5 * time.Second},
+		{"hard zero", 5 * time.Second, 0, 5 * time.Second, 5 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1147,6 +1148,14 @@ func TestOptionsValidation(t *testing.T) {
 		{"SoftTTL -1s", func(o *herd.Options[int]) { o.SoftTTL = -time.Second }, "SoftTTL"},
 		{"HardTTL < SoftTTL", func(o *herd.Options[int]) { o.HardTTL = o.SoftTTL - 1 }, "HardTTL"},
 		{"Jitter 1", func(o *herd.Options[int]) { o.Jitter = 1 }, "Jitter"},
+		{"Jitter 1.5", func(o *herd.Options[int]) { o.Jitter = 1.5 }, "Jitter"},
+		{"MaxEntries with MaxWeight", func(o *herd.Options[int]) { o.MaxWeight, o.Weigher = 10, func(string, int) uint32 { return 1 } }, "MaxEntries"},
+		{"MaxWeight without Weigher", func(o *herd.Options[int]) { o.MaxEntries, o.MaxWeight = 0, 10 }, "Weigher"},
+		{"Weigher without MaxWeight", func(o *herd.Options[int]) { o.Weigher = func(string, int) uint32 { return 1 } }, "MaxWeight"},
+		{"HotKeys -1", func(o *herd.Options[int]) { o.HotKeys = -1 }, "HotKeys"},
+		{"MaxBatch -1", func(o *herd.Options[int]) { o.MaxBatch = -1 }, "MaxBatch"},
+		{"BreakerThreshold -1", func(o *herd.Options[int]) { o.BreakerThreshold = -1 }, "BreakerThreshold"},
+		{"Recorder for no cache", func(o *herd.Options[int]) { o.Recorder = nilForCache{} }, "Recorder"},
 		{"Jitter -0.1", func(o *herd.Options[int]) { o.Jitter = -0.1 }, "Jitter"},
 		{"Jitter NaN", func(o *herd.Options[int]) { o.Jitter = math.NaN() }, "Jitter"},
 		{"Jitter +Inf", func(o *herd.Options[int]) { o.Jitter = math.Inf(1) }, "Jitter"},
@@ -1215,9 +1224,17 @@ func TestOptionsValidation(t *testing.T) {
 			if c != nil {
 				t.Errorf("New returned a cache with error %v", err)
 			}
+			if lines := strings.Split(err.Error(), "\n"); len(lines) != 1 {
+				t.Errorf("error %q has %d lines, want one: one option is wrong", err, len(lines))
+			}
 			for line := range strings.SplitSeq(err.Error(), "\n") {
 				if !strings.HasPrefix(line, "herd: ") {
 					t.Errorf("error line %q lacks the herd: prefix", line)
+				}
+				for _, f := range optionFields {
+					if n := len(f.FindAllStringIndex(line, -1)); n > 1 {
+						t.Errorf("error line %q names %s %d times, want once", line, f, n)
+					}
 				}
 			}
 			if !strings.Contains(err.Error(), tc.want) {
@@ -1230,8 +1247,29 @@ func TestOptionsValidation(t *testing.T) {
 	}
 }
 
-// sameOptions is reflect.DeepEqual with NaN equal to NaN.
+// optionFields matches each field name of Options as a word, in any case
+// ("Jitter: jitter: fraction" names Jitter twice).
+var optionFields = func() []*regexp.Regexp {
+	var res []*regexp.Regexp
+	for f := range reflect.TypeFor[herd.Options[int]]().Fields() {
+		res = append(res, regexp.MustCompile(`(?i)\b`+f.Name+`\b`))
+	}
+	return res
+}()
+
+// nilForCache is a CacheRecorder whose ForCache returns nil, which New
+// refuses.
+type nilForCache struct{ herd.NopRecorder }
+
+func (nilForCache) ForCache(string) herd.Recorder { return nil }
+
+// sameOptions is reflect.DeepEqual with NaN equal to NaN, and any two
+// Weighers equal (functions are never DeepEqual).
 func sameOptions(a, b herd.Options[int]) bool {
+	if (a.Weigher == nil) != (b.Weigher == nil) {
+		return false
+	}
+	a.Weigher, b.Weigher = nil, nil
 	for _, f := range []struct{ x, y *float64 }{{&a.Jitter, &b.Jitter}, {&a.Beta, &b.Beta}} {
 		if math.IsNaN(*f.x) && math.IsNaN(*f.y) {
 			*f.x, *f.y = 0, 0

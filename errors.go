@@ -2,6 +2,8 @@ package herd
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/herdcache/herd/limiter"
 )
@@ -48,3 +50,45 @@ var (
 	// give a load function.
 	ErrNoLoader = errors.New("herd: no load function")
 )
+
+// outward is err as a Cache method returns it for the call op on key
+// (key empty: none): an error that the flight or limiter package made (a
+// caller's wait that ended, a load's panic or runtime.Goexit, a call the
+// limiter shed) gets a message of herd's own that names no internal
+// package, and still wraps err, so that errors.Is and errors.As see what
+// they saw. Any other error, a load's own among them, is returned as it is.
+func outward(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "flight: ") && !strings.Contains(msg, "limiter: ") {
+		return err
+	}
+	where := op
+	if key != "" {
+		where = fmt.Sprintf("%s %q", op, key)
+	}
+	msg = strings.TrimPrefix(internalNames.Replace(msg), "herd: ")
+	return &outwardError{msg: "herd: " + where + ": " + msg, err: err}
+}
+
+// internalNames rewrites what the flight and limiter packages say in
+// herd's words.
+var internalNames = strings.NewReplacer(
+	"flight: function panicked", "load panicked",
+	"flight: function called", "load called",
+	"flight: function returned", "load returned",
+	"flight: ", "",
+	"limiter: ", "",
+)
+
+// outwardError is an error of the flight or limiter package, as a Cache
+// method returns it.
+type outwardError struct {
+	msg string
+	err error
+}
+
+func (e *outwardError) Error() string { return e.msg }
+func (e *outwardError) Unwrap() error { return e.err }

@@ -54,13 +54,26 @@ type directives struct {
 }
 
 // SetTTL sets, from inside a load, the soft and hard TTL of the entry that
-// load is making (before jitter); hard below soft means no stale window.
-// Inside a batch load it sets them for every key of the call ([SetTTLFor]
-// sets one key's). Outside a load it does nothing.
+// load is making (before jitter); a hard TTL of zero means the soft one (no
+// stale window). Inside a batch load it sets them for every key of the
+// call ([SetTTLFor] sets one key's). A TTL above [MaxTTL] is taken as
+// MaxTTL. TTLs that [New] would refuse as [Options.SoftTTL] and HardTTL
+// otherwise (a soft TTL that is not positive, a negative hard TTL, a hard
+// TTL shorter than the soft one) make the load fail, whatever it returns,
+// with New's words ("herd: SetTTL: HardTTL (1s) must not be shorter than
+// SoftTTL (1m0s)"): its callers get that error and nothing is cached.
+// Outside a load it does nothing.
 func SetTTL(ctx context.Context, soft, hard time.Duration) {
-	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok && soft > 0 {
-		ds.update("", true, func(d *directives) { d.soft, d.hard = soft, hard })
+	if ds, ok := ctx.Value(batchDirectivesKey{}).(*batchDirectives); ok {
+		if !ds.refuse(loadTTLError("herd: SetTTL: ", soft, hard)) {
+			ds.update("", true, func(d *directives) { d.soft, d.hard = soft, hard })
+		}
 	}
+}
+
+// loadTTLError is ttlError for TTLs a load sets, which saturate at MaxTTL.
+func loadTTLError(prefix string, soft, hard time.Duration) error {
+	return ttlError(prefix, min(soft, MaxTTL), min(hard, MaxTTL))
 }
 
 // NoCache tells the cache, from inside a load, to return the value the load

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/herdcache/herd/internal/jitter"
@@ -170,7 +171,12 @@ type Options[V any] struct {
 	// serves from the local tier (fresh and, unless NoStale, stale until the
 	// hard TTL) and loads once per key per process. Zero means the breaker
 	// never opens: every miss still tries the remote tier, and its failures
-	// still fall back to the local tier and the load.
+	// still fall back to the local tier and the load. A Store with a method
+	// Reached() bool that reports false when New is called (a
+	// redisstore.Remote that has not reached Redis) starts the breaker
+	// open, with a probe due: the first remote call probes the tier, and
+	// the calls made meanwhile do without it rather than each wait for its
+	// timeout.
 	BreakerThreshold int
 	// BreakerCooldown is how long the breaker stays open before one call
 	// probes the remote tier; a successful probe closes it, and local copies
@@ -307,12 +313,11 @@ func (o *Options[V]) validate() (config[V], error) {
 	if (o.MaxWeight > 0) != (o.Weigher != nil) {
 		bad("MaxWeight and Weigher must be set together")
 	}
-	if o.HardTTL != 0 && o.HardTTL < o.SoftTTL {
-		bad("HardTTL (%v) must not be shorter than SoftTTL (%v)", o.HardTTL, o.SoftTTL)
+	for _, msg := range ttlErrors(o.SoftTTL, o.HardTTL) {
+		bad("%s", msg)
 	}
-	j, err := jitter.New(o.Jitter)
-	if err != nil {
-		bad("Jitter: %v", err)
+	if !(o.Jitter >= 0 && o.Jitter < 1) {
+		bad("Jitter must lie in [0, 1), got %v", o.Jitter)
 	}
 	if o.Beta < 0 || math.IsNaN(o.Beta) || math.IsInf(o.Beta, 0) {
 		bad("Beta must be a finite number >= 0, got %v", o.Beta)
@@ -333,7 +338,7 @@ func (o *Options[V]) validate() (config[V], error) {
 	if o.OnLeaseHeld > FailFast {
 		bad("unknown OnLeaseHeld policy %d", o.OnLeaseHeld)
 	}
-	c.jitter = j
+	c.jitter, _ = jitter.New(o.Jitter) // checked above; zero when invalid
 	c.HardTTL = cmp.Or(o.HardTTL, o.SoftTTL)
 	c.LoadTimeout = cmp.Or(o.LoadTimeout, defaultLoadTimeout)
 	c.LeaseWait = cmp.Or(o.LeaseWait, o.LeaseTTL)
@@ -358,7 +363,7 @@ func (o *Options[V]) hotKeyErrors() []error {
 	switch {
 	case o.RefreshAheadHot < 0:
 		bad("RefreshAheadHot must not be negative, got %d", o.RefreshAheadHot)
-	case o.RefreshAheadHot > o.MaxRefreshAhead:
+	case o.RefreshAheadHot > max(o.MaxRefreshAhead, 0):
 		bad("RefreshAheadHot (%d) must not exceed MaxRefreshAhead (%d)", o.RefreshAheadHot, o.MaxRefreshAhead)
 	case o.RefreshAheadHot > 0 && o.Load == nil && o.LoadMany == nil:
 		bad("RefreshAheadHot needs Load: hot keys are refreshed without a caller's loader")
@@ -381,8 +386,6 @@ func (o *Options[V]) durationErrors() []error {
 		v        time.Duration
 		positive bool // zero is refused too
 	}{
-		{"SoftTTL", o.SoftTTL, true},
-		{"HardTTL", o.HardTTL, false},
 		{"NegativeTTL", o.NegativeTTL, false},
 		{"LoadTimeout", o.LoadTimeout, false},
 		{"RefreshBackoff", o.RefreshBackoff, false},
@@ -392,14 +395,51 @@ func (o *Options[V]) durationErrors() []error {
 		{"BreakerCooldown", o.BreakerCooldown, o.BreakerThreshold > 0},
 		{"ShareHotKeysEvery", o.ShareHotKeysEvery, false},
 	} {
-		switch {
-		case d.positive && d.v <= 0:
-			errs = append(errs, fmt.Errorf("herd: %s must be positive, got %v", d.name, d.v))
-		case d.v < 0:
-			errs = append(errs, fmt.Errorf("herd: %s must not be negative, got %v", d.name, d.v))
-		case d.v > MaxTTL:
-			errs = append(errs, fmt.Errorf("herd: %s must not exceed MaxTTL (%v), got %v", d.name, MaxTTL, d.v))
+		if msg := durationError(d.name, d.v, d.positive); msg != "" {
+			errs = append(errs, errors.New("herd: "+msg))
 		}
 	}
 	return errs
+}
+
+// durationError is what is wrong with the duration v of the field name,
+// without the "herd: " prefix; empty when nothing is. With positive, zero
+// is refused too.
+func durationError(name string, v time.Duration, positive bool) string {
+	switch {
+	case positive && v <= 0:
+		return fmt.Sprintf("%s must be positive, got %v", name, v)
+	case v < 0:
+		return fmt.Sprintf("%s must not be negative, got %v", name, v)
+	case v > MaxTTL:
+		return fmt.Sprintf("%s must not exceed MaxTTL (%v), got %v", name, MaxTTL, v)
+	}
+	return ""
+}
+
+// ttlErrors is what is wrong with a soft and hard TTL, as New judges
+// SoftTTL and HardTTL, and as SetWithTTL and a load's SetTTL are judged,
+// without the "herd: " prefix: the soft TTL must be positive, the hard TTL
+// zero (the soft one) or no shorter than it, and neither above MaxTTL.
+func ttlErrors(soft, hard time.Duration) []string {
+	var msgs []string
+	for _, msg := range []string{durationError("SoftTTL", soft, true), durationError("HardTTL", hard, false)} {
+		if msg != "" {
+			msgs = append(msgs, msg)
+		}
+	}
+	if hard > 0 && soft > 0 && hard < soft {
+		msgs = append(msgs, fmt.Sprintf("HardTTL (%v) must not be shorter than SoftTTL (%v)", hard, soft))
+	}
+	return msgs
+}
+
+// ttlError is ttlErrors as one error whose text starts with prefix; nil
+// when the TTLs are valid.
+func ttlError(prefix string, soft, hard time.Duration) error {
+	msgs := ttlErrors(soft, hard)
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(prefix + strings.Join(msgs, "; "))
 }

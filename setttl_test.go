@@ -46,9 +46,9 @@ func TestSetWithTTL(t *testing.T) {
 			t.Fatalf("Get at its own hard TTL = %d, %v; want a miss that loads (errLoad)", v, err)
 		}
 
-		// A hard TTL below the soft one: no stale window.
+		// A hard TTL of zero: no stale window.
 		t1 := time.Now()
-		if err := a.SetWithTTL(ctx, "short", 1, time.Minute, time.Second); err != nil {
+		if err := a.SetWithTTL(ctx, "short", 1, time.Minute, 0); err != nil {
 			t.Fatal(err)
 		}
 		sleepUntil(t1.Add(time.Minute))
@@ -56,7 +56,7 @@ func TestSetWithTTL(t *testing.T) {
 			t.Fatalf("Get at the soft TTL with no stale window = %d, %v; want 2 (loaded)", v, err)
 		}
 
-		for _, ttl := range [][2]time.Duration{{0, time.Second}, {-time.Second, 0}, {herd.MaxTTL + 1, 0}, {time.Second, herd.MaxTTL + 1}} {
+		for _, ttl := range [][2]time.Duration{{0, time.Second}, {-time.Second, 0}, {herd.MaxTTL + 1, 0}, {time.Second, herd.MaxTTL + 1}, {time.Minute, time.Second}, {time.Second, -time.Second}} {
 			if err := a.SetWithTTL(ctx, "bad", 1, ttl[0], ttl[1]); err == nil {
 				t.Errorf("SetWithTTL with TTLs %v: no error", ttl)
 			}

@@ -58,7 +58,7 @@ func (c *Cache[V]) warmOne(ctx context.Context, key string, load func(ctx contex
 			return load(ctx, key)
 		}
 	}
-	err := ctx.Err()
+	err := notReached(ctx)
 	if err == nil {
 		_, err = c.Get(ctx, key, lf)
 	}
@@ -84,7 +84,7 @@ func (c *Cache[V]) warmMany(ctx context.Context, batch []string, t *warmTally) {
 		return c.cfg.LoadMany(ctx, ks)
 	}
 	var items []Item[V]
-	if err := ctx.Err(); err == nil {
+	if err := notReached(ctx); err == nil {
 		items = c.GetMany(ctx, batch, load)
 	} else {
 		items = make([]Item[V], len(batch))
@@ -97,6 +97,15 @@ func (c *Cache[V]) warmMany(ctx context.Context, batch []string, t *warmTally) {
 	for i, it := range items {
 		t.add(batch[i], it.Err, loaded[batch[i]])
 	}
+}
+
+// notReached is the error of a key that Warm did not reach because ctx
+// had ended; nil while ctx is live.
+func notReached(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("herd: warm: not reached: %w", err)
+	}
+	return nil
 }
 
 // warmTally is the report of a Warm under way.

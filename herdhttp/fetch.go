@@ -287,8 +287,9 @@ func (f *fetch) keep(e *entry, now int64) result {
 	if e.flags&flagMustRevalidate != 0 {
 		stale = 0
 	}
-	soft := max(remaining, minHerdSoft)
-	hard := max(remaining+max(stale, e.keep), soft)
+	// herd refuses TTLs above MaxTTL; two delta-seconds of 2^31 add up to more.
+	soft := min(max(remaining, minHerdSoft), herd.MaxTTL)
+	hard := min(max(remaining+max(stale, e.keep), soft), herd.MaxTTL)
 	e.herdSoft = now + int64(soft)
 	res := result{e: e, store: true, soft: soft, hard: hard}
 	if slices.Equal(e.varyNames, f.names) && (f.key != f.primary || len(e.varyNames) == 0) {

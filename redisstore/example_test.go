@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"log"
 
 	"github.com/redis/go-redis/v9"
 
@@ -32,4 +33,28 @@ func Example() {
 	p, err := profiles.Get(context.Background(), herd.Key("profile", "acme", "42"),
 		func(ctx context.Context) (Profile, error) { return Profile{Name: "Ada"}, nil })
 	_, _ = p, err
+}
+
+// A readiness check: Ping before the replica takes traffic. A cache made
+// over a Remote that has not reached Redis starts degraded: its first Get
+// probes Redis, the others serve from memory meanwhile.
+func ExampleRemote_Ping() {
+	ctx := context.Background()
+	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:6379"}})
+	remote, err := redisstore.New(redisstore.Options{Client: client})
+	if err != nil {
+		panic(err)
+	}
+	defer remote.Close()
+	if err := remote.Ping(ctx); err != nil {
+		log.Printf("starting degraded: %v", err) // or fail the readiness probe
+	}
+
+	o := herd.DefaultOptions[Profile]()
+	o.Store, o.Lease = remote, remote
+	profiles, err := herd.New(o)
+	if err != nil {
+		panic(err)
+	}
+	defer profiles.Close(ctx)
 }

@@ -138,6 +138,20 @@
 // from the clock, so an older holder's write is refused, as above. (Under
 // noeviction, a full Redis refuses writes instead; see Refused writes.)
 //
+// Readiness. New does not fail when Redis cannot be reached: it waits up
+// to Timeout for the subscription and returns a Remote whose calls fail
+// until Redis answers. Ping is the readiness check (every master of a
+// Cluster answers PING within Timeout); Reached reports, without a call,
+// whether the Remote has had an answer since New. A herd cache made over
+// a Remote that has not reached Redis starts with its breaker open and a
+// probe due: its first remote call probes Redis, and the Gets meanwhile
+// serve from memory and load once per replica instead of each waiting
+// for Timeout; while Redis stays down, one probe per BreakerCooldown
+// tries it. The recipe: New, then Ping before the replica takes traffic,
+// then herd.New; when Ping fails, fail the readiness probe, or go on
+// degraded. go-redis logs each failed dial through its own logger, which
+// redis.SetLogger silences or redirects.
+//
 // Limits. Replication is asynchronous: a failover to a replica that had not
 // received the latest writes, or a restart without persistence, loses them,
 // and readers may see an older value than a notice announced. The lost
@@ -270,6 +284,10 @@ type Remote struct {
 	gen      atomic.Uint64
 	genKnown atomic.Bool
 
+	// reached is set by the first answer from Redis that shows it up: the
+	// subscription's confirmation, the generation read at New, or a Ping.
+	reached atomic.Bool
+
 	mu sync.Mutex
 	// ready is closed by the first subscription confirmation if New is still
 	// waiting for it (started unset).
@@ -304,8 +322,9 @@ var (
 // New returns a Remote over o.Client and subscribes it to the notice
 // channel. It waits up to o.Timeout for the subscription to be confirmed; if
 // Redis cannot be reached it returns a working Remote all the same, whose
-// calls fail until Redis answers and whose subscription starts once it does.
-// Invalid options give an error prefixed "redisstore: ".
+// calls fail until Redis answers and whose subscription starts once it does
+// (see Reached and Ping). Invalid options give an error prefixed
+// "redisstore: ".
 func New(o Options) (*Remote, error) {
 	if err := checkClient(o.Client); err != nil {
 		return nil, err
@@ -365,7 +384,9 @@ func New(o Options) (*Remote, error) {
 	r.mu.Lock()
 	r.started = true
 	r.mu.Unlock()
-	_, _ = r.generation(ctx, "new", "") // or at the first call that needs it
+	if _, err := r.generation(ctx, "new", ""); err == nil { // or at the first call that needs it
+		r.reached.Store(true)
+	}
 	return r, nil
 }
 
@@ -791,6 +812,7 @@ func (r *Remote) listen(ch <-chan any) {
 // which notices may have been lost: subscribers drop everything, Wait-ers
 // wake to re-read.
 func (r *Remote) subscribed() {
+	r.reached.Store(true)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.confirmed && !r.started {
