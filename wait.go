@@ -190,8 +190,10 @@ func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	ws := &waits[V]{b: b, by: make(map[*completion]*waiter[V], len(ls))}
 	_, watcher := c.cfg.Lease.(Watcher)
 	now := time.Now()
-	for _, l := range ls {
-		wt := &waiter[V]{f: l.f, until: l.a.until, start: now, deadline: now.Add(c.cfg.LeaseWait), backoff: minWaitBackoff}
+	all := make([]waiter[V], len(ls))
+	for i, l := range ls {
+		wt := &all[i]
+		*wt = waiter[V]{f: l.f, until: l.a.until, start: now, deadline: now.Add(c.cfg.LeaseWait), backoff: minWaitBackoff}
 		_, wt.end = c.span(ctx, "herd.lease_wait", l.f.key)
 		first := minWaitBackoff
 		if !watcher {
