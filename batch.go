@@ -74,7 +74,7 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 // localMany serves keys from the local tier as Get would, into items. It
 // returns the keys it could not serve, each once, with their positions in
 // keys, and the values it served that are due for a refresh.
-func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at map[string][]int, stale []staleRead[V]) {
+func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at positions, stale []staleRead[V]) {
 	for i, key := range keys {
 		if e, ok := c.localGet(key); ok {
 			if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
@@ -90,23 +90,54 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 				continue
 			}
 		}
-		if at == nil {
-			at = make(map[string][]int)
-		}
-		if _, dup := at[key]; !dup {
+		if at.add(key, i) {
 			missed = append(missed, key)
 		}
-		at[key] = append(at[key], i)
 	}
 	return missed, at, stale
+}
+
+// positions are where the keys a call missed sit in its items: a key's
+// first position, and any other where the call repeats the key.
+type positions struct {
+	first map[string]int
+	more  map[string][]int
+}
+
+// add records that key sits at i, and reports whether it is the key's
+// first position.
+func (p *positions) add(key string, i int) bool {
+	if p.first == nil {
+		p.first = make(map[string]int)
+	}
+	if _, dup := p.first[key]; !dup {
+		p.first[key] = i
+		return true
+	}
+	if p.more == nil {
+		p.more = make(map[string][]int)
+	}
+	p.more[key] = append(p.more[key], i)
+	return false
+}
+
+// of returns the positions of key, appended to dst.
+func (p *positions) of(dst []int, key string) []int {
+	if i, ok := p.first[key]; ok {
+		dst = append(dst, i)
+	}
+	return append(dst, p.more[key]...)
 }
 
 // fillMissed fills the keys missed in their flights, joined or led by
 // this call, and puts each one's result at its positions at in items. A
 // stale value a flight settled with is served, and refreshed, unless the
 // call wants none: then the key is filled again, up to maxMissAttempts.
-func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at map[string][]int, items []Item[V], load BatchLoadFunc[V], co callOpts) {
-	var refresh []staleRead[V]
+func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at positions, items []Item[V], load BatchLoadFunc[V], co callOpts) {
+	var (
+		refresh []staleRead[V]
+		where   []int
+	)
 	for attempt := 0; len(missed) > 0; attempt++ {
 		res := c.flyMissed(ctx, missed, load, co, attempt == 0)
 		again := missed[:0]
@@ -130,7 +161,8 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at map[strin
 				c.countStale(key)
 				refresh = append(refresh, staleRead[V]{key: key, e: e, started: &c.st.staleRefreshes})
 			}
-			for _, i := range at[key] {
+			where = at.of(where[:0], key)
+			for _, i := range where {
 				if err != nil {
 					items[i].Err = err
 				} else {
