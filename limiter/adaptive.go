@@ -12,70 +12,89 @@ const tolerance = 1.25
 // estimator measures the store's latency over windows of released slots and
 // adapts the limit from it. It is guarded by the Limiter's mu.
 //
-// A window's latency is Little's law over the window: the slot-time held
-// (the integral of the slots in use) divided by the slots released. It needs
-// no per-call timestamp, so Release keeps its signature, and in a steady
-// state it equals the mean time a slot is held whatever the window's length.
-// A window closes at the release that makes it at least max(2, limit/2)
-// releases long, about one round of the slots when they are all busy.
+// Release carries no token, so a released slot is paired with the oldest
+// slot held: its latency is the time since that slot was taken. When calls
+// finish in the order they started this is each call's latency; otherwise
+// a window's mean is off by at most the age of the oldest held slot over
+// the window's releases, and over any span that starts and ends with no
+// slot held the latencies sum exactly to the true ones.
 //
-// At the close of a window with latency rtt, mean in-flight calls n and
-// no-load estimate d:
+// A window counts only the slots taken since it began, so that it measures
+// the limit it was opened with, and closes at the release that makes it
+// max(2, limit/2) releases long. At its close,
+// with rtt its mean latency, peak the most slots held at once in it and d
+// the no-load estimate:
 //   - d becomes rtt if rtt is lower (d is the lowest latency seen);
 //   - if rtt <= tolerance*d the store is not queueing: when at least half
-//     the limit was in use at some instant of the window, the limit grows
-//     by its square root (a call-limited window says nothing of capacity);
-//   - otherwise the store queues: the limit becomes min(limit, n)*d/rtt,
-//     the concurrency that would have given the no-load latency if latency
-//     grows with concurrency, but at least half the limit;
+//     the limit was held at some instant of the window, the limit grows by
+//     its square root (a window short of calls says nothing of capacity);
+//   - otherwise the store queues: the limit becomes min(limit, peak)*d/rtt,
+//     the concurrency that gives the no-load latency if latency grows in
+//     proportion to concurrency, but at least half the limit;
 //   - when the limit is already at its floor and rtt is still above
-//     tolerance*d, the store has become slower by itself, not from our
+//     tolerance*d, the store has become slower by itself, not from these
 //     calls: d becomes rtt, so that a uniformly slower store gets its
 //     concurrency back; a lower latency later brings d down at once.
 //
-// The limit stays within [min, max]; a fixed limit (min == 0) only measures.
+// The limit stays within [min, max]. With min == 0 the limit is fixed and
+// the estimator only measures, for ShedLatency.
 type estimator struct {
 	min, max int
-	limit    float64 // the adaptive limit, in [min, max]
-	noLoad   float64 // nanoseconds; zero before the first window
+	// limit is the adaptive limit, in [min, max]. It starts at min, so that
+	// the first windows see the store with few calls in it: d is the lowest
+	// latency seen, and a store first met with many calls would never show
+	// its no-load latency.
+	limit  float64
+	noLoad float64 // nanoseconds; zero before the first window
 
-	start    time.Time // when the window began
-	last     time.Time // when area was last brought up to date
-	area     float64   // slot-nanoseconds held in the window
+	// starts holds when each held slot was taken, oldest first: a ring of
+	// len(starts) == max entries, n of them used from head.
+	starts  []time.Time
+	head, n int
+
+	sum      float64   // nanoseconds of latency released in the window
 	releases int       // slots released in the window
 	peak     int       // most slots held at once in the window
+	since    time.Time // when the window began: slots taken before are not counted
 }
 
-func newEstimator(min, max int) *estimator {
-	now := time.Now()
-	return &estimator{min: min, max: max, limit: float64(max), start: now, last: now}
+func newEstimator(floor, ceiling int) *estimator {
+	return &estimator{min: floor, max: ceiling, limit: float64(max(floor, 1)), starts: make([]time.Time, ceiling)}
 }
 
-// measureLocked brings the estimator up to date before the slots in use
-// change; release reports a slot released by Release, which may close the
-// window and change the limit. l.mu must be held and l.est set.
-func (l *Limiter) measureLocked(release bool) {
+// took records a slot taken at now.
+func (e *estimator) took(now time.Time, inUse int) {
+	e.starts[(e.head+e.n)%len(e.starts)] = now
+	e.n++
+	e.peak = max(e.peak, inUse)
+}
+
+// forget drops the newest start: a slot granted to a call that left before
+// using it.
+func (e *estimator) forget() {
+	e.n--
+}
+
+// releaseLocked measures the release of a slot at now, pairing it with the
+// oldest held slot, and closes the window when it is long enough. l.mu must
+// be held and l.est set.
+func (l *Limiter) measureReleaseLocked() {
 	e := l.est
 	now := time.Now()
-	if dt := now.Sub(e.last); dt > 0 {
-		e.area += float64(l.inUse) * float64(dt)
+	start := e.starts[e.head]
+	e.head = (e.head + 1) % len(e.starts)
+	e.n--
+	if start.Before(e.since) {
+		return // taken under the previous window's limit
 	}
-	e.last = now
-	e.peak = max(e.peak, l.inUse)
-	if !release {
-		return
-	}
+	e.sum += float64(now.Sub(start))
 	e.releases++
 	if e.releases < max(2, int(e.limit)/2) {
 		return
 	}
-	elapsed := float64(now.Sub(e.start))
-	if elapsed <= 0 {
-		return
-	}
-	rtt := e.area / float64(e.releases)
-	e.update(rtt, e.area/elapsed)
-	e.start, e.area, e.releases, e.peak = now, 0, 0, l.inUse
+	rtt := e.sum / float64(e.releases)
+	e.update(rtt)
+	e.sum, e.releases, e.peak, e.since = 0, 0, l.inUse, now
 	l.latency.Store(int64(rtt))
 	l.noLoad.Store(int64(e.noLoad))
 	if e.min == 0 {
@@ -84,7 +103,7 @@ func (l *Limiter) measureLocked(release bool) {
 	limit := int(e.limit)
 	l.limit.Store(int64(limit))
 	// A raised limit lets waiting calls in at once; the slot being released
-	// by the caller is handed on after this, by releaseLocked.
+	// is handed on after this, by releaseLocked.
 	for l.inUse < limit && l.grantLocked() {
 		l.inUse++
 		if int64(l.inUse) > l.maxInUse.Load() {
@@ -93,9 +112,8 @@ func (l *Limiter) measureLocked(release bool) {
 	}
 }
 
-// update closes a window whose latency was rtt nanoseconds with inflight
-// slots held on average.
-func (e *estimator) update(rtt, inflight float64) {
+// update closes a window whose mean latency was rtt nanoseconds.
+func (e *estimator) update(rtt float64) {
 	if e.noLoad == 0 || rtt < e.noLoad {
 		e.noLoad = rtt
 	}
@@ -110,7 +128,7 @@ func (e *estimator) update(rtt, inflight float64) {
 	case int(e.limit) <= e.min:
 		e.noLoad = rtt
 	default:
-		e.limit = max(e.limit/2, min(e.limit, inflight)*e.noLoad/rtt)
+		e.limit = max(e.limit/2, min(e.limit, float64(e.peak))*e.noLoad/rtt)
 	}
 	e.limit = min(max(e.limit, float64(e.min)), float64(e.max))
 }

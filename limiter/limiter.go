@@ -103,8 +103,8 @@ type Options struct {
 	// Limit is the maximum number of slots held at once. It must be above zero.
 	// With MinLimit set it is the ceiling of the adaptive limit.
 	Limit int
-	// MinLimit, when above zero, makes the limit adaptive: it starts at Limit
-	// and follows the store's measured latency between MinLimit and Limit
+	// MinLimit, when above zero, makes the limit adaptive: it starts at
+	// MinLimit and follows the store's measured latency between MinLimit and Limit
 	// (see the package documentation). Zero keeps the limit fixed at Limit.
 	// It must not be negative, must be at most Limit and above Reserve, so
 	// that background calls keep a slot at the floor.
@@ -334,9 +334,12 @@ func New(o Options) (*Limiter, error) {
 		retryAfter:   retry,
 		shedLatency:  o.ShedLatency,
 	}
-	l.limit.Store(int64(o.Limit))
 	if o.MinLimit > 0 || o.ShedLatency > 0 {
 		l.est = newEstimator(o.MinLimit, o.Limit)
+	}
+	l.limit.Store(int64(o.Limit))
+	if o.MinLimit > 0 {
+		l.limit.Store(int64(o.MinLimit))
 	}
 	return l, nil
 }
@@ -424,7 +427,7 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 			// Granted between ctx ending and taking mu: the caller has gone,
 			// so pass the slot on.
 			if l.est != nil {
-				l.measureLocked(false)
+				l.est.forget()
 			}
 			l.releaseLocked()
 		default:
@@ -466,7 +469,7 @@ func (l *Limiter) TryAcquireBackground() bool {
 // Calling it without holding a slot is a programming error, and it panics.
 //
 // When the limiter measures latency (MinLimit or ShedLatency set), the time
-// from Acquire to Release is the call's latency: release a slot as soon as
+// a slot is held is taken for the store's latency: release a slot as soon as
 // the store call it guards returns.
 func (l *Limiter) Release() {
 	l.mu.Lock()
@@ -475,7 +478,7 @@ func (l *Limiter) Release() {
 		panic("limiter: Release called without a slot held")
 	}
 	if l.est != nil {
-		l.measureLocked(true)
+		l.measureReleaseLocked()
 	}
 	l.releaseLocked()
 	l.mu.Unlock()
@@ -499,6 +502,9 @@ func (l *Limiter) grantLocked() bool {
 			q.remove(w)
 			l.waiting--
 			w.ready <- struct{}{} // buffered, and sent to only once
+			if l.est != nil {
+				l.est.took(time.Now(), l.inUse)
+			}
 			return true
 		}
 	}
@@ -524,10 +530,10 @@ func (l *Limiter) slow() bool {
 
 // takeLocked takes a free slot. l.mu must be held.
 func (l *Limiter) takeLocked() {
-	if l.est != nil {
-		l.measureLocked(false)
-	}
 	l.inUse++
+	if l.est != nil {
+		l.est.took(time.Now(), l.inUse)
+	}
 	if int64(l.inUse) > l.maxInUse.Load() {
 		l.maxInUse.Store(int64(l.inUse))
 	}
