@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// minWindow is the fewest releases a window holds, so that one slow or
+// fast call moves its mean by a fifth at most.
+const minWindow = 5
+
 // tolerance is how far above the no-load latency a window's latency may be
 // while the adaptive limit still grows: up to 25% of queueing at the store.
 const tolerance = 1.25
@@ -21,7 +25,7 @@ const tolerance = 1.25
 //
 // A window counts only the slots taken since it began, so that it measures
 // the limit it was opened with, and closes at the release that makes it
-// max(2, limit/2) releases long. At its close,
+// max(minWindow, limit/2) releases long. At its close,
 // with rtt its mean latency, peak the most slots held at once in it and d
 // the no-load estimate:
 //   - d becomes rtt if rtt is lower (d is the lowest latency seen);
@@ -89,7 +93,7 @@ func (l *Limiter) measureReleaseLocked() {
 	}
 	e.sum += float64(now.Sub(start))
 	e.releases++
-	if e.releases < max(2, int(e.limit)/2) {
+	if e.releases < max(minWindow, int(e.limit)/2) {
 		return
 	}
 	rtt := e.sum / float64(e.releases)

@@ -144,7 +144,7 @@ func TestAdaptiveConverges(t *testing.T) {
 // When the store's base latency steps up 5x the limit falls to half the
 // capacity (8) or less within 300ms; when it steps back down, the limit is
 // back near the capacity within 300ms and holds there: every sample within
-// [8, 48], the mean within [16, 40].
+// [8, 48], the mean within [16, 44].
 func TestAdaptiveBacksOffAndRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const slow, fast, end = time.Second, 2 * time.Second, 3 * time.Second
@@ -161,8 +161,8 @@ func TestAdaptiveBacksOffAndRecovers(t *testing.T) {
 		}
 		// The no-load estimate comes down only as low as the lowest window
 		// after the step, which may still hold calls of the slow phase, so
-		// the mean may sit higher: within 2.5x the capacity.
-		checkSteady(t, "after recovery", between(xs, fast+300*time.Millisecond, end), 40)
+		// the mean may sit higher: within 2.75x the capacity.
+		checkSteady(t, "after recovery", between(xs, fast+300*time.Millisecond, end), 44)
 	})
 }
 

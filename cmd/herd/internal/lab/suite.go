@@ -80,6 +80,18 @@ func RunSuite(ctx context.Context, o Options) (*Suite, error) {
 			fmt.Fprintf(notes, "lab: %s saw no expiry after warm-up; make --duration longer than --ttl\n", p.name())
 		}
 	}
+	if slices.Contains(o.Scenarios, slowScenario) {
+		if o.Progress != nil {
+			o.Progress(len(plans), len(plans), slowScenario)
+		}
+		runs, checks, err := runSlowOrigin(ctx, &o, b, query, len(plans))
+		s.Runs = append(s.Runs, runs...)
+		s.Checks = append(s.Checks, checks...)
+		if err != nil {
+			s.Finished = time.Now()
+			return s, err
+		}
+	}
 	if o.Progress != nil {
 		o.Progress(len(plans), len(plans), "done")
 	}
@@ -119,7 +131,7 @@ func missNote(p Prediction) string {
 func (o *Options) plans() []plan {
 	var out []plan
 	for _, sc := range Scenarios {
-		if !slices.Contains(o.Scenarios, sc) {
+		if !slices.Contains(o.Scenarios, sc) || sc == slowScenario {
 			continue
 		}
 		for _, l := range Layers {

@@ -257,8 +257,8 @@ func TestHTMLExplainedRun(t *testing.T) {
 		if n := len(root.all(tagClass("td", "obs"))); n != len(s.Checks) || n == 0 {
 			t.Errorf("%d observation cells, want one per check (%d)", n, len(s.Checks))
 		}
-		if n := len(root.all(tagClass("table", "figures"))); n != 3+3 {
-			t.Errorf("%d tables of figures, want 6 (hot-key, flush, node-kill, cold-start cold and warm and fleet)", n)
+		if n := len(root.all(tagClass("table", "figures"))); n != 3+3+1 {
+			t.Errorf("%d tables of figures, want 7 (hot-key, flush, node-kill, cold-start cold and warm and fleet, slow-origin)", n)
 		}
 	})
 }
