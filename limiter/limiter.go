@@ -104,8 +104,8 @@ type Options struct {
 	// With MinLimit set it is the ceiling of the adaptive limit.
 	Limit int
 	// MinLimit, when above zero, makes the limit adaptive: it starts at
-	// MinLimit and follows the store's measured latency between MinLimit and Limit
-	// (see the package documentation). Zero keeps the limit fixed at Limit.
+	// MinLimit and follows the store's measured latency between MinLimit and
+	// Limit (see [Limiter]). Zero keeps the limit fixed at Limit.
 	// It must not be negative, must be at most Limit and above Reserve, so
 	// that background calls keep a slot at the floor.
 	MinLimit int
@@ -223,6 +223,22 @@ func (s Stats) Shed() uint64 {
 // A Limiter hands out a number of slots, fixed or adaptive. Foreground calls
 // that find none free wait in priority order; background calls never wait.
 // It is safe for concurrent use and may be shared by many caches.
+//
+// With Options.MinLimit set the number of slots adapts to the store, the
+// way TCP Vegas and Netflix's concurrency-limits do: the time each slot is
+// held is the store's latency; over windows of at least max(5, limit/2)
+// released slots the limiter compares the mean latency with the lowest it
+// has seen (its estimate of the no-load latency). While the latency stays
+// within 1.25× of it and at least half the slots were in use, the limit
+// grows by its square root per window; when the latency is higher the
+// store is queueing, and the limit falls to the concurrency that would give
+// the no-load latency (at most halving per window). It starts at MinLimit,
+// so that the first windows see the store unloaded. At the floor, a latency
+// that stays high is taken as the store's new no-load latency, so that a
+// store that became uniformly slower gets its concurrency back. MinLimit
+// should be below the store's capacity. Priorities, Reserve, QueueTimeout,
+// MaxQueue, the shedding reasons and RetryAfter work as with a fixed limit,
+// against the limit of the moment.
 type Limiter struct {
 	ceiling      int
 	reserve      int
