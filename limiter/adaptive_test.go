@@ -321,3 +321,39 @@ func TestAdaptiveOptionsErrors(t *testing.T) {
 		t.Errorf("Limit() of a new adaptive limiter = %d, want its floor 3", got)
 	}
 }
+
+// After the adaptive limit falls below the slots held, released slots are
+// not handed on until fewer than the limit are held; then the first waiter
+// of the highest priority gets the next one.
+func TestLoweredLimitDrainsBeforeGranting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Options{Limit: 8, MinLimit: 3})
+		for range 3 {
+			if err := l.Acquire(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		low := acquireAsync(l, WithPriority(t.Context(), Low))
+		synctest.Wait()
+		high := acquireAsync(l, WithPriority(t.Context(), High))
+		synctest.Wait()
+		l.mu.Lock()
+		l.limit.Store(1) // as a window of a slower store would set it
+		l.mu.Unlock()
+		l.Release()
+		l.Release()
+		synctest.Wait()
+		checkCounts(t, l, 1, 2)
+		l.Release()
+		if err := <-high; err != nil {
+			t.Fatalf("High waiter: %v", err)
+		}
+		checkCounts(t, l, 1, 1)
+		l.Release()
+		if err := <-low; err != nil {
+			t.Fatalf("Low waiter: %v", err)
+		}
+		l.Release()
+		checkCounts(t, l, 0, 0)
+	})
+}
