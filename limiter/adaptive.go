@@ -79,7 +79,7 @@ func (e *estimator) forget() {
 	e.n--
 }
 
-// releaseLocked measures the release of a slot at now, pairing it with the
+// measureReleaseLocked measures the release of a slot now, pairing it with the
 // oldest held slot, and closes the window when it is long enough. l.mu must
 // be held and l.est set.
 func (l *Limiter) measureReleaseLocked() {

@@ -211,15 +211,17 @@ func TestFixedLimitMeasuresForShedding(t *testing.T) {
 func TestShedLatencyStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := mustNew(t, Options{Limit: 8, ShedLatency: 50 * time.Millisecond})
+		// hold makes minWindow calls of d at once: a window's worth.
 		hold := func(d time.Duration) {
-			for range 2 { // one window: max(2, 8/2)... at least 2 releases
+			for range minWindow {
 				if err := l.Acquire(t.Context()); err != nil {
 					t.Fatal(err)
 				}
 			}
 			time.Sleep(d)
-			l.Release()
-			l.Release()
+			for range minWindow {
+				l.Release()
+			}
 		}
 		hold(10 * time.Millisecond)
 		hold(10 * time.Millisecond)

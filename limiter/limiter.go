@@ -240,7 +240,6 @@ func (s Stats) Shed() uint64 {
 // MaxQueue, the shedding reasons and RetryAfter work as with a fixed limit,
 // against the limit of the moment.
 type Limiter struct {
-	ceiling      int
 	reserve      int
 	queueTimeout time.Duration
 	maxQueue     int
@@ -343,7 +342,6 @@ func New(o Options) (*Limiter, error) {
 		retry = time.Second
 	}
 	l := &Limiter{
-		ceiling:      o.Limit,
 		reserve:      o.Reserve,
 		queueTimeout: o.QueueTimeout,
 		maxQueue:     o.MaxQueue,
