@@ -95,6 +95,8 @@ func RegisterMetrics(mp metric.MeterProvider, s Source) (metric.Registration, er
 			inst, err = m.Float64ObservableCounter(d.OTelName(), metric.WithUnit(d.Unit), metric.WithDescription(d.Help))
 		case d.Kind == metricdef.Counter:
 			inst, err = m.Int64ObservableCounter(d.OTelName(), metric.WithUnit(d.Unit), metric.WithDescription(d.Help))
+		case d.Float():
+			inst, err = m.Float64ObservableGauge(d.OTelName(), metric.WithUnit(d.Unit), metric.WithDescription(d.Help))
 		default:
 			inst, err = m.Int64ObservableGauge(d.OTelName(), metric.WithUnit(d.Unit), metric.WithDescription(d.Help))
 		}

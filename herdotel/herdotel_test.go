@@ -96,6 +96,12 @@ func value(t *testing.T, ms map[string]metricdata.Aggregation, name string, kv .
 				return float64(p.Value)
 			}
 		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			if p.Attributes.Equals(&want) {
+				return p.Value
+			}
+		}
 	case nil:
 		t.Fatalf("no metric %s", name)
 	default:
@@ -251,6 +257,7 @@ func TestEveryField(t *testing.T) {
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
 			Canceled: 41, MaxInUse: 42, QueueWait: 2500 * time.Millisecond, QueueWaits: 47,
+			ShedLatency: 50, Latency: 250 * time.Millisecond, NoLoadLatency: 125 * time.Millisecond,
 		}},
 		HotKeys: []herd.HotKey{
 			{Key: "item#0000000a", Traffic: 100, Misses: 40, Loads: 2, Stale: 3, Error: 4},
@@ -315,6 +322,9 @@ func TestEveryField(t *testing.T) {
 		{"herd.limiter.shed", attribute.String("herd.reason", "queue-timeout"), 32},
 		{"herd.limiter.shed", attribute.String("herd.reason", "queue-full"), 33},
 		{"herd.limiter.shed", attribute.String("herd.reason", "reserve"), 34},
+		{"herd.limiter.shed", attribute.String("herd.reason", "latency"), 50},
+		{"herd.limiter.latency", cache, 0.25},
+		{"herd.limiter.no_load_latency", cache, 0.125},
 		{"herd.limiter.shed_by_priority", attribute.String("herd.priority", "low"), 35},
 		{"herd.limiter.shed_by_priority", attribute.String("herd.priority", "normal"), 36},
 		{"herd.limiter.shed_by_priority", attribute.String("herd.priority", "high"), 37},
@@ -335,8 +345,8 @@ func TestEveryField(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.kv.Value.String(), got, c.want)
 		}
 	}
-	if n := len(ms); n != 38 {
-		t.Errorf("%d instruments observed, want 38", n)
+	if n := len(ms); n != 40 {
+		t.Errorf("%d instruments observed, want 40", n)
 	}
 }
 

@@ -307,6 +307,7 @@ func TestLimiter(t *testing.T) {
 			# TYPE herd_shed_total counter
 			herd_shed_total{cache="default"} 1
 			# TYPE herd_limiter_shed_total counter
+			herd_limiter_shed_total{cache="default",reason="latency"} 0
 			herd_limiter_shed_total{cache="default",reason="queue-full"} 0
 			herd_limiter_shed_total{cache="default",reason="queue-timeout"} 1
 			herd_limiter_shed_total{cache="default",reason="reserve"} 0
@@ -401,7 +402,7 @@ func fullStats() *fakeSource {
 		WriteBackErrors: 48, LeaseWaitsAbandoned: 49,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
-			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
+			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34, ShedLatency: 50, Latency: 250 * time.Millisecond, NoLoadLatency: 125 * time.Millisecond,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
 			Canceled: 41, MaxInUse: 42, QueueWait: 2500 * time.Millisecond, QueueWaits: 47,
 		}},
@@ -496,9 +497,14 @@ func TestEveryField(t *testing.T) {
 		herd_limiter_queue_wait_seconds_total{cache="c"} 2.5
 		# TYPE herd_limiter_queue_waits_total counter
 		herd_limiter_queue_waits_total{cache="c"} 47
+		# TYPE herd_limiter_latency_seconds gauge
+		herd_limiter_latency_seconds{cache="c"} 0.25
+		# TYPE herd_limiter_no_load_latency_seconds gauge
+		herd_limiter_no_load_latency_seconds{cache="c"} 0.125
 		# TYPE herd_shed_total counter
 		herd_shed_total{cache="c"} 19
 		# TYPE herd_limiter_shed_total counter
+		herd_limiter_shed_total{cache="c",reason="latency"} 50
 		herd_limiter_shed_total{cache="c",reason="queue-full"} 33
 		herd_limiter_shed_total{cache="c",reason="queue-timeout"} 32
 		herd_limiter_shed_total{cache="c",reason="reserve"} 34
@@ -545,8 +551,8 @@ func TestEveryField(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(withHelp(t, want))); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 66 {
-		t.Errorf("GatherAndCount = %d, %v; want 66 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 69 {
+		t.Errorf("GatherAndCount = %d, %v; want 69 series", n, err)
 	}
 }
 
@@ -563,8 +569,8 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(col); n != 66 {
-		t.Errorf("%d series linted, want 66", n)
+	if n := testutil.CollectAndCount(col); n != 69 {
+		t.Errorf("%d series linted, want 69", n)
 	}
 }
 

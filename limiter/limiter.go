@@ -63,6 +63,10 @@ const (
 	ReasonQueueFull = "queue-full"
 	// ReasonReserve: a background call found no slot outside the reserve.
 	ReasonReserve = "reserve"
+	// ReasonLatency: a Low-priority or background call found the store's
+	// measured latency, or the wait of the longest-waiting call, above
+	// ShedLatency.
+	ReasonLatency = "latency"
 )
 
 // ErrOverloaded is matched, through errors.Is, by every [*OverloadError].
@@ -70,7 +74,8 @@ var ErrOverloaded = errors.New("limiter: overloaded")
 
 // OverloadError reports a call that the limiter shed instead of running.
 type OverloadError struct {
-	// Reason is ReasonQueueTimeout, ReasonQueueFull or ReasonReserve.
+	// Reason is ReasonQueueTimeout, ReasonQueueFull, ReasonReserve or
+	// ReasonLatency.
 	Reason string
 	// Priority is the priority of the shed call; Normal for background calls.
 	Priority Priority
@@ -96,7 +101,14 @@ func (e *OverloadError) Is(target error) bool {
 // Options configures a [Limiter].
 type Options struct {
 	// Limit is the maximum number of slots held at once. It must be above zero.
+	// With MinLimit set it is the ceiling of the adaptive limit.
 	Limit int
+	// MinLimit, when above zero, makes the limit adaptive: it starts at
+	// MinLimit and follows the store's measured latency between MinLimit and
+	// Limit (see [Limiter]). Zero keeps the limit fixed at Limit.
+	// It must not be negative, must be at most Limit and above Reserve, so
+	// that background calls keep a slot at the floor.
+	MinLimit int
 	// Reserve is the number of slots that background calls may not take: they
 	// succeed only while fewer than Limit-Reserve slots are held. Zero reserves
 	// none. It must be at least zero and below Limit.
@@ -116,6 +128,13 @@ type Options struct {
 	// call that would have to wait is shed at once; Normal and High calls
 	// still wait. Zero means no bound. It must not be negative.
 	MaxQueue int
+	// ShedLatency, when above zero, sheds Low-priority and background calls
+	// with ReasonLatency while the store's measured latency (the mean time a
+	// slot was held over the last measurement window) is above it, and sheds
+	// a Low-priority call that would have to wait once the longest-waiting
+	// call has waited longer than it. Normal and High calls are not shed by
+	// latency. Zero sheds by nothing but the queue. It must not be negative.
+	ShedLatency time.Duration
 }
 
 // DefaultOptions returns the recommended options for limit slots: a quarter
@@ -147,6 +166,14 @@ func (o Options) validate() error {
 		return fmt.Errorf("limiter: QueueTimeout is %v, must not be negative", o.QueueTimeout)
 	case o.MaxQueue < 0:
 		return fmt.Errorf("limiter: MaxQueue is %d, must not be negative", o.MaxQueue)
+	case o.MinLimit < 0:
+		return fmt.Errorf("limiter: MinLimit is %d, must not be negative", o.MinLimit)
+	case o.MinLimit > o.Limit:
+		return fmt.Errorf("limiter: MinLimit is %d, must be at most Limit (%d)", o.MinLimit, o.Limit)
+	case o.MinLimit > 0 && o.MinLimit <= o.Reserve:
+		return fmt.Errorf("limiter: MinLimit is %d, must be above Reserve (%d)", o.MinLimit, o.Reserve)
+	case o.ShedLatency < 0:
+		return fmt.Errorf("limiter: ShedLatency is %v, must not be negative", o.ShedLatency)
 	}
 	return nil
 }
@@ -165,6 +192,9 @@ type Stats struct {
 	// ShedReserve counts background calls that found no slot outside the
 	// reserve.
 	ShedReserve uint64
+	// ShedLatency counts Low-priority and background calls shed because the
+	// store's latency or the queue's wait was above ShedLatency.
+	ShedLatency uint64
 	// ShedLow, ShedNormal and ShedHigh count shed foreground calls by
 	// priority; ShedBackground counts shed background calls.
 	ShedLow, ShedNormal, ShedHigh, ShedBackground uint64
@@ -177,26 +207,61 @@ type Stats struct {
 	QueueWaits uint64
 	// MaxInUse is the largest number of slots held at once.
 	MaxInUse int
+	// Latency is the store's latency as last measured: the mean time a slot
+	// was held over the last measurement window. NoLoadLatency is the
+	// adaptive limit's estimate of the store's latency without queueing.
+	// Both are zero while nothing is measured: the limit is fixed and
+	// ShedLatency is zero, or no window has closed yet.
+	Latency, NoLoadLatency time.Duration
 }
 
 // Shed returns the number of calls shed, for any reason.
 func (s Stats) Shed() uint64 {
-	return s.ShedQueueTimeout + s.ShedQueueFull + s.ShedReserve
+	return s.ShedQueueTimeout + s.ShedQueueFull + s.ShedReserve + s.ShedLatency
 }
 
-// A Limiter hands out a fixed number of slots. Foreground calls that find
-// none free wait in priority order; background calls never wait. It is safe
-// for concurrent use and may be shared by many caches.
+// A Limiter hands out a number of slots, fixed or adaptive. Foreground calls
+// that find none free wait in priority order; background calls never wait.
+// It is safe for concurrent use and may be shared by many caches.
+//
+// With Options.MinLimit set the number of slots adapts to the store, the
+// way TCP Vegas and Netflix's concurrency-limits do: the time each slot is
+// held is the store's latency; over windows of at least max(5, limit/2)
+// released slots the limiter compares the mean latency with the lowest it
+// has seen (its estimate of the no-load latency). While the latency stays
+// within 1.25× of it and at least half the slots were in use, the limit
+// grows by its square root per window; when the latency is higher the
+// store is queueing, and the limit falls to the concurrency that would give
+// the no-load latency (at most halving per window). It starts at MinLimit,
+// so that the first windows see the store unloaded. At the floor, a latency
+// that stays high is taken as the store's new no-load latency, so that a
+// store that became uniformly slower gets its concurrency back. MinLimit
+// should be below the store's capacity. Priorities, Reserve, QueueTimeout,
+// MaxQueue, the shedding reasons and RetryAfter work as with a fixed limit,
+// against the limit of the moment.
 type Limiter struct {
-	limit        int
 	reserve      int
 	queueTimeout time.Duration
 	maxQueue     int
 	retryAfter   time.Duration
+	shedLatency  time.Duration
+
+	// limit is the number of slots, Options.Limit when it is fixed; written
+	// under mu, read atomically.
+	limit atomic.Int64
+	// est measures the store's latency and adapts limit; nil when neither
+	// MinLimit nor ShedLatency is set. Guarded by mu.
+	est *estimator
+	// latency is est's last measured latency, for ShedLatency; written under
+	// mu, read atomically.
+	latency atomic.Int64
+	// noLoad is est's estimate of the no-load latency, read atomically.
+	noLoad atomic.Int64
 
 	mu sync.Mutex
-	// inUse is the number of slots held, at most limit. Guarded by mu.
-	// Whenever a queue is non-empty, inUse == limit: a slot released while
+	// inUse is the number of slots held. Guarded by mu. It exceeds limit only
+	// after the adaptive limit went down, until enough slots are released.
+	// Whenever a queue is non-empty, inUse >= limit: a slot released while
 	// calls wait passes straight to the first of them.
 	inUse int
 	// queues holds the waiting calls by priority (index Priority+1), each
@@ -206,7 +271,7 @@ type Limiter struct {
 	waiting int
 
 	acquired   atomic.Uint64
-	shedReason [3]atomic.Uint64 // by reason: queue-timeout, queue-full, reserve
+	shedReason [4]atomic.Uint64 // by reason: queue-timeout, queue-full, reserve, latency
 	shedPrio   [4]atomic.Uint64 // by Priority+1; [3] is background
 	canceled   atomic.Uint64
 	queueWait  atomic.Int64
@@ -224,7 +289,8 @@ type waiter struct {
 	// ready receives one value when the waiter is granted a slot, sent under
 	// mu at the moment the waiter leaves its queue.
 	ready      chan struct{}
-	prev, next *waiter // guarded by mu
+	since      time.Time // when it started waiting
+	prev, next *waiter   // guarded by mu
 }
 
 // queue is a FIFO list of waiters, linked through the waiters themselves so
@@ -261,9 +327,10 @@ const (
 	reasonQueueTimeout = iota
 	reasonQueueFull
 	reasonReserve
+	reasonLatency
 )
 
-var reasons = [...]string{ReasonQueueTimeout, ReasonQueueFull, ReasonReserve}
+var reasons = [...]string{ReasonQueueTimeout, ReasonQueueFull, ReasonReserve, ReasonLatency}
 
 // New returns a Limiter configured by o, or an error if o is invalid.
 func New(o Options) (*Limiter, error) {
@@ -274,13 +341,21 @@ func New(o Options) (*Limiter, error) {
 	if retry == 0 {
 		retry = time.Second
 	}
-	return &Limiter{
-		limit:        o.Limit,
+	l := &Limiter{
 		reserve:      o.Reserve,
 		queueTimeout: o.QueueTimeout,
 		maxQueue:     o.MaxQueue,
 		retryAfter:   retry,
-	}, nil
+		shedLatency:  o.ShedLatency,
+	}
+	if o.MinLimit > 0 || o.ShedLatency > 0 {
+		l.est = newEstimator(o.MinLimit, o.Limit)
+	}
+	l.limit.Store(int64(o.Limit))
+	if o.MinLimit > 0 {
+		l.limit.Store(int64(o.MinLimit))
+	}
+	return l, nil
 }
 
 // Acquire takes a slot for a foreground call, waiting for one if none is
@@ -297,26 +372,33 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	default:
 	}
 
+	p := PriorityFrom(ctx)
+	if p == Low && l.slow() {
+		return l.shed(reasonLatency, p, false)
+	}
 	l.mu.Lock()
-	if l.inUse < l.limit {
+	if l.inUse < int(l.limit.Load()) {
 		// No call is waiting (see inUse), so this one is not overtaking any.
 		l.takeLocked()
 		l.mu.Unlock()
 		l.acquired.Add(1)
 		return nil
 	}
-	p := PriorityFrom(ctx)
 	if p == Low && l.maxQueue > 0 && l.waiting >= l.maxQueue {
 		l.mu.Unlock()
 		return l.shed(reasonQueueFull, p, false)
 	}
-	w := &waiter{ready: make(chan struct{}, 1)}
+	if p == Low && l.shedLatency > 0 && time.Since(l.oldestLocked()) > l.shedLatency {
+		l.mu.Unlock()
+		return l.shed(reasonLatency, p, false)
+	}
+	w := &waiter{ready: make(chan struct{}, 1), since: time.Now()}
 	q := &l.queues[p+1]
 	q.push(w)
 	l.waiting++
 	l.mu.Unlock()
 
-	start := time.Now()
+	start := w.since
 	var timeout <-chan time.Time
 	if l.queueTimeout > 0 {
 		t := time.NewTimer(l.queueTimeout)
@@ -358,6 +440,9 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 		case <-w.ready:
 			// Granted between ctx ending and taking mu: the caller has gone,
 			// so pass the slot on.
+			if l.est != nil {
+				l.est.forget()
+			}
 			l.releaseLocked()
 		default:
 			q.remove(w)
@@ -373,11 +458,16 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 // TryAcquireBackground takes a slot for a background call if one is free
 // outside the reserve, that is if fewer than Limit-Reserve slots are held,
 // and reports whether it did. It never waits; a false result counts as shed
-// with reason ReasonReserve. On true the caller must [Limiter.Release] the
+// with reason ReasonReserve, or ReasonLatency when the store's latency is
+// above ShedLatency. On true the caller must [Limiter.Release] the
 // slot.
 func (l *Limiter) TryAcquireBackground() bool {
+	if l.slow() {
+		l.count(reasonLatency, 0, true)
+		return false
+	}
 	l.mu.Lock()
-	if l.inUse < l.limit-l.reserve {
+	if l.inUse < int(l.limit.Load())-l.reserve {
 		l.takeLocked()
 		l.mu.Unlock()
 		l.acquired.Add(1)
@@ -391,33 +481,73 @@ func (l *Limiter) TryAcquireBackground() bool {
 // Release gives back a slot taken by Acquire or TryAcquireBackground, handing
 // it to the first waiting call of the highest priority if there is one.
 // Calling it without holding a slot is a programming error, and it panics.
+//
+// When the limiter measures latency (MinLimit or ShedLatency set), the time
+// a slot is held is taken for the store's latency: release a slot as soon as
+// the store call it guards returns.
 func (l *Limiter) Release() {
 	l.mu.Lock()
 	if l.inUse == 0 {
 		l.mu.Unlock()
 		panic("limiter: Release called without a slot held")
 	}
+	if l.est != nil {
+		l.measureReleaseLocked()
+	}
 	l.releaseLocked()
 	l.mu.Unlock()
 }
 
-// releaseLocked gives back one held slot. l.mu must be held.
+// releaseLocked gives back one held slot, to the first waiting call unless
+// the adaptive limit went below the slots held. l.mu must be held.
 func (l *Limiter) releaseLocked() {
+	if l.inUse <= int(l.limit.Load()) && l.grantLocked() {
+		return
+	}
+	l.inUse--
+}
+
+// grantLocked passes a slot to the first waiting call of the highest
+// priority, if there is one, and reports whether it did. l.mu must be held.
+func (l *Limiter) grantLocked() bool {
 	for i := len(l.queues) - 1; i >= 0; i-- {
 		q := &l.queues[i]
 		if w := q.head; w != nil {
 			q.remove(w)
 			l.waiting--
 			w.ready <- struct{}{} // buffered, and sent to only once
-			return
+			if l.est != nil {
+				l.est.took(time.Now(), l.inUse)
+			}
+			return true
 		}
 	}
-	l.inUse--
+	return false
+}
+
+// oldestLocked returns when the longest-waiting call started waiting, or
+// now when none waits. l.mu must be held.
+func (l *Limiter) oldestLocked() time.Time {
+	oldest := time.Now()
+	for i := range l.queues {
+		if w := l.queues[i].head; w != nil && w.since.Before(oldest) {
+			oldest = w.since
+		}
+	}
+	return oldest
+}
+
+// slow reports whether the store's measured latency is above ShedLatency.
+func (l *Limiter) slow() bool {
+	return l.shedLatency > 0 && time.Duration(l.latency.Load()) > l.shedLatency
 }
 
 // takeLocked takes a free slot. l.mu must be held.
 func (l *Limiter) takeLocked() {
 	l.inUse++
+	if l.est != nil {
+		l.est.took(time.Now(), l.inUse)
+	}
 	if int64(l.inUse) > l.maxInUse.Load() {
 		l.maxInUse.Store(int64(l.inUse))
 	}
@@ -473,9 +603,10 @@ func (l *Limiter) Waiting() int {
 	return l.waiting
 }
 
-// Limit returns the maximum number of slots held at once.
+// Limit returns the number of slots: the configured Limit, or the adaptive
+// limit now when MinLimit is set.
 func (l *Limiter) Limit() int {
-	return l.limit
+	return int(l.limit.Load())
 }
 
 // Stats returns a snapshot of the limiter's counters. Each counter is read
@@ -486,6 +617,7 @@ func (l *Limiter) Stats() Stats {
 		ShedQueueTimeout: l.shedReason[reasonQueueTimeout].Load(),
 		ShedQueueFull:    l.shedReason[reasonQueueFull].Load(),
 		ShedReserve:      l.shedReason[reasonReserve].Load(),
+		ShedLatency:      l.shedReason[reasonLatency].Load(),
 		ShedLow:          l.shedPrio[Low+1].Load(),
 		ShedNormal:       l.shedPrio[Normal+1].Load(),
 		ShedHigh:         l.shedPrio[High+1].Load(),
@@ -494,5 +626,7 @@ func (l *Limiter) Stats() Stats {
 		QueueWait:        time.Duration(l.queueWait.Load()),
 		QueueWaits:       l.queueWaits.Load(),
 		MaxInUse:         int(l.maxInUse.Load()),
+		Latency:          time.Duration(l.latency.Load()),
+		NoLoadLatency:    time.Duration(l.noLoad.Load()),
 	}
 }

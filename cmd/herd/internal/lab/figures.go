@@ -70,6 +70,16 @@ var Figures = []Figure{
 		"failed calls to the remote tier, writes fenced after a lease lapsed, leases lost and breaker openings, over the run's caches: herd degrades then, and the promises of coalescing and the lease are judged by what holds whatever Redis does"},
 	{"timer_late_ms", "traffic timers' lateness (ms)",
 		"the most the lab's traffic timers woke after their time: how far behind this machine ran the run's goroutines (a busy machine runs them late, and herd's timers with them)"},
+	// slow-origin
+	{"db_p99_ms", "database p99 (ms)", "the 99th percentile of the database calls' durations over the whole run"},
+	{"db_p99_overload_ms", "database p99 while overloaded (ms)",
+		"the 99th percentile of the durations of database calls started in the healthy and recovered phases, past their first quarter"},
+	{"db_p99_slow_ms", "database p99 while 5× slower (ms)", "the 99th percentile of the durations of database calls started in the slow phase"},
+	{"db_healthy_p99_ms", "healthy database p99 (ms)",
+		"the 99th percentile of the database's latency at or below its capacity: as drawn, or as measured over every rung's calls that found it so, when that is more"},
+	{"db_mean_inflight", "mean database calls in flight while overloaded",
+		"the time-weighted mean of the database calls in flight in the healthy and recovered phases, past their first quarter"},
+	{"goodput", "goodput (requests/s)", "requests answered within their client timeout, per second of the run"},
 	// limiter and above
 	{"peak_per_replica", "peak calls in flight per replica",
 		"the most backing-store calls one replica had in flight at once (the limiter caps it)"},

@@ -63,9 +63,13 @@ func RunSuite(ctx context.Context, o Options) (*Suite, error) {
 	}
 
 	plans := o.plans()
+	total := len(plans)
+	if slices.Contains(o.Scenarios, slowScenario) {
+		total++
+	}
 	for i, p := range plans {
 		if o.Progress != nil {
-			o.Progress(Step{Done: i, Total: len(plans), Name: p.name()})
+			o.Progress(Step{Done: i, Total: total, Name: p.name()})
 		}
 		began := time.Now()
 		r, m, err := runOne(ctx, &o, b, query, i, p)
@@ -75,13 +79,30 @@ func RunSuite(ctx context.Context, o Options) (*Suite, error) {
 		}
 		s.Runs = append(s.Runs, r)
 		if o.Progress != nil {
-			o.Progress(Step{Done: i + 1, Total: len(plans), Name: p.name(), Run: &r, Took: time.Since(began)})
+			o.Progress(Step{Done: i + 1, Total: total, Name: p.name(), Run: &r, Took: time.Since(began)})
 		}
 		if o.Check {
 			s.Checks = append(s.Checks, checks(m)...)
 		}
 		if p.scenario == "hot-key" && r.Expiries == 0 {
 			fmt.Fprintf(notes, "lab: %s saw no expiry after warm-up; make --duration longer than --ttl\n", p.name())
+		}
+	}
+	if slices.Contains(o.Scenarios, slowScenario) {
+		// slow-origin is one step of the progress, after the ladder's runs.
+		if o.Progress != nil {
+			o.Progress(Step{Done: len(plans), Total: total, Name: slowScenario})
+		}
+		began := time.Now()
+		runs, checks, err := runSlowOrigin(ctx, &o, b, query, len(plans))
+		s.Runs = append(s.Runs, runs...)
+		s.Checks = append(s.Checks, checks...)
+		if err != nil {
+			s.Finished = time.Now()
+			return s, err
+		}
+		if o.Progress != nil && len(runs) > 0 {
+			o.Progress(Step{Done: total, Total: total, Name: slowScenario, Run: &runs[len(runs)-1], Took: time.Since(began)})
 		}
 	}
 	s.Predictions = predictions(&o, s.Runs)
@@ -135,7 +156,7 @@ func missNote(p Prediction) string {
 func (o *Options) plans() []plan {
 	var out []plan
 	for _, sc := range Scenarios {
-		if !slices.Contains(o.Scenarios, sc) {
+		if !slices.Contains(o.Scenarios, sc) || sc == slowScenario {
 			continue
 		}
 		for _, l := range Layers {

@@ -331,6 +331,7 @@ func TestHTMLExplainedRun(t *testing.T) {
 		o.Capacity = 0
 		o.TTL, o.Duration, o.ClientTimeout = 200*time.Millisecond, time.Second, 500*time.Millisecond
 		o.Layers = []string{"none", "lease", "limiter"}
+		o.Scenarios = lab.Scenarios // slow-origin too, which runs only when named
 		o.Check = true
 		s, err := lab.RunSuite(context.Background(), o)
 		if err != nil {
@@ -348,8 +349,8 @@ func TestHTMLExplainedRun(t *testing.T) {
 		if n := len(root.all(tagClass("td", "obs"))); n != len(s.Checks) || n == 0 {
 			t.Errorf("%d observation cells, want one per check (%d)", n, len(s.Checks))
 		}
-		if n := len(root.all(tagClass("table", "figures"))); n != 3+3 {
-			t.Errorf("%d tables of figures, want 6 (hot-key, flush, node-kill, cold-start cold and warm and fleet)", n)
+		if n := len(root.all(tagClass("table", "figures"))); n != 3+3+1 {
+			t.Errorf("%d tables of figures, want 7 (hot-key, flush, node-kill, cold-start cold and warm and fleet, slow-origin)", n)
 		}
 		checkContents(t, root, s)
 		// Every run's events are marked on its chart, and every run of a

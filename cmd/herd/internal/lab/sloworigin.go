@@ -1,0 +1,433 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/limiter"
+)
+
+// The slow-origin scenario: a database whose latency grows with its
+// concurrency beyond its capacity, under a hot key and a storm of cold-key
+// misses twice what the database can serve, compared under three limiter
+// rungs. Its run lasts slowRTTs mean latencies (at least --duration) in
+// three phases: healthy (the first 40%), slow (base latency ×slowFactor, to
+// 70%), recovered (the rest).
+const (
+	slowScenario = "slow-origin"
+	slowRTTs     = 60
+	slowFactor   = 5
+	// stormLoad is the cold-key misses offered, in multiples of what the
+	// healthy database serves at its capacity.
+	stormLoad = 2
+	// slowInflightBand and slowP99Factor are the adaptive rung's promises:
+	// mean database in-flight calls within [1/band, band] × capacity and a
+	// database p99 within the factor of the healthy p99, while overloaded.
+	slowInflightBand = 2.0
+	slowP99Factor    = 2.5
+	// slowGoodputShare is the share of the best static rung's goodput the
+	// adaptive rung must reach.
+	slowGoodputShare = 0.9
+)
+
+// SlowRungs are the rungs of slow-origin, each a limiter per replica.
+var SlowRungs = []string{"static-default", "static-tuned", "adaptive"}
+
+// slowRungOptions returns the limiter of one replica at rung, for a
+// database of capacity calls shared by replicas.
+func slowRungOptions(rung string, capacity, replicas int, queueTimeout time.Duration) limiter.Options {
+	var o limiter.Options
+	switch rung {
+	case "static-default":
+		o = limiter.DefaultOptions(32)
+	case "static-tuned":
+		o = limiter.DefaultOptions(max(1, capacity/replicas))
+	case "adaptive":
+		o = limiter.DefaultOptions(32)
+		o.Reserve = 1
+		o.MinLimit = 2
+	}
+	o.QueueTimeout = queueTimeout
+	return o
+}
+
+// slowDB is the simulated database of slow-origin: a call that starts with
+// n calls in flight (itself included) lasts a draw of the latency, ×slowFactor
+// during the slow phase, ×(n/capacity)² when n exceeds the capacity: past
+// its capacity the calls contend, and the database serves fewer calls per
+// second the more it is given (capacity²/n per mean latency). With
+// query set the call runs it with that duration (pg_sleep) instead of
+// sleeping.
+type slowDB struct {
+	lat              Latency
+	capacity         int
+	slowFrom, slowTo time.Duration
+	query            func(context.Context, time.Duration) error
+	epoch            time.Time
+
+	mu       sync.Mutex
+	rng      *rand.Rand // guarded by mu
+	inflight int        // guarded by mu
+	calls    []dbCall   // guarded by mu
+}
+
+// dbCall is one database call, its times offsets from the run's start.
+type dbCall struct {
+	start, end time.Duration
+	inflight   int
+	done       bool
+}
+
+func (db *slowDB) since() time.Duration { return time.Since(db.epoch) }
+
+func (db *slowDB) call(ctx context.Context) error {
+	db.mu.Lock()
+	db.inflight++
+	n := db.inflight
+	d := db.lat.Draw(db.rng)
+	now := db.since()
+	if now >= db.slowFrom && now < db.slowTo {
+		d *= slowFactor
+	}
+	if n > db.capacity {
+		f := float64(n) / float64(db.capacity)
+		d = time.Duration(float64(d) * f * f)
+	}
+	i := len(db.calls)
+	db.calls = append(db.calls, dbCall{start: now, inflight: n})
+	db.mu.Unlock()
+
+	var err error
+	if db.query != nil {
+		err = db.query(ctx, d)
+	} else {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			err = ctx.Err()
+		}
+	}
+	db.mu.Lock()
+	db.calls[i].end, db.calls[i].done = db.since(), true
+	db.inflight--
+	db.mu.Unlock()
+	return err
+}
+
+// slowReq is one client request.
+type slowReq struct {
+	start, end time.Duration
+	err        error
+}
+
+// staleCount counts stale values served.
+type staleCount struct {
+	herd.NopRecorder
+	n atomic.Int64
+}
+
+func (s *staleCount) RecordGet(r herd.GetResult) {
+	if r == herd.ResultStale {
+		s.n.Add(1)
+	}
+}
+
+// slowMeasures is what one rung measured, beside its Run.
+type slowMeasures struct {
+	rung          string
+	goodput       float64 // requests answered within their timeout, per second
+	inflight      float64 // time-weighted mean database in-flight calls while overloaded and healthy
+	p99           time.Duration
+	overloadCalls int64
+	calm          []time.Duration // durations of the calls that found the database at or below capacity, not slowed
+}
+
+// runSlowOrigin runs slow-origin under every rung and returns its runs and,
+// with o.Check, its checks.
+func runSlowOrigin(ctx context.Context, o *Options, b backend, query func(context.Context, time.Duration) error, index int) ([]Run, []Check, error) {
+	var runs []Run
+	var ms []slowMeasures
+	var calm []time.Duration
+	for i, rung := range SlowRungs {
+		r, m, err := runSlowRung(ctx, o, b, query, index+i, rung)
+		if err != nil {
+			return runs, nil, fmt.Errorf("lab: %s/%s: %w", slowScenario, rung, err)
+		}
+		runs = append(runs, r)
+		ms = append(ms, m)
+		calm = append(calm, m.calm...)
+	}
+	// The healthy p99 is the latency distribution's, or, when this machine
+	// ran the calls late, the p99 of the calls that found the database at
+	// or below its capacity and not slowed, in every rung.
+	slices.Sort(calm)
+	healthy := max(healthyP99(o.Latency, o.Seed), quantile(calm, 0.99))
+	for i := range runs {
+		runs[i].Extra["db_healthy_p99_ms"] = msOf(healthy)
+	}
+	if !o.Check {
+		return runs, nil, nil
+	}
+	return runs, slowChecks(o, ms, healthy), nil
+}
+
+// healthyP99 is the p99 of the healthy database's latency at or below its
+// capacity as drawn: the 99th percentile of 20,000 draws of l.
+func healthyP99(l Latency, seed uint64) time.Duration {
+	rng := rand.New(rand.NewPCG(seed, 0x68656c))
+	ds := make([]time.Duration, 20000)
+	for i := range ds {
+		ds[i] = l.Draw(rng)
+	}
+	slices.Sort(ds)
+	return quantile(ds, 0.99)
+}
+
+// slowDuration is the length of a slow-origin run.
+func slowDuration(o *Options) time.Duration {
+	return min(max(o.Duration, slowRTTs*o.Latency.Mean()), maxDuration)
+}
+
+// overloadWindows are the spans of a run of length d in which the healthy
+// database is overloaded and the limit has had a quarter of its phase to
+// settle: the healthy and the recovered phases, less their first quarter.
+func overloadWindows(d time.Duration) [][2]time.Duration {
+	return [][2]time.Duration{{d / 10, 4 * d / 10}, {d * 775 / 1000, d}}
+}
+
+func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.Context, time.Duration) error, index int, rung string) (Run, slowMeasures, error) {
+	d := slowDuration(o)
+	db := &slowDB{
+		lat: o.Latency, capacity: max(o.Capacity, 1), query: query,
+		slowFrom: 4 * d / 10, slowTo: 7 * d / 10,
+		rng: rand.New(rand.NewPCG(o.Seed, 0x736c6f77)),
+	}
+	rb, err := b.newRun(ctx, index)
+	if err != nil {
+		return Run{}, slowMeasures{}, err
+	}
+	defer rb.close(context.WithoutCancel(ctx))
+	stale := &staleCount{}
+	var lims []*limiter.Limiter
+	var caches []*herd.Cache[string]
+	defer func() {
+		for _, c := range caches {
+			c.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	for i := range o.Replicas {
+		st, ls, cl, err := rb.remote(ctx, i)
+		if err != nil {
+			return Run{}, slowMeasures{}, err
+		}
+		if cl != nil {
+			defer cl.Close()
+		}
+		lim, err := limiter.New(slowRungOptions(rung, db.capacity, o.Replicas, o.ClientTimeout/2))
+		if err != nil {
+			return Run{}, slowMeasures{}, err
+		}
+		c, err := herd.New(&herd.Options[string]{
+			Name:        "replica-" + strconv.Itoa(i),
+			MaxEntries:  1 << 16,
+			SoftTTL:     o.TTL,
+			HardTTL:     3 * o.TTL,
+			LoadTimeout: 4 * o.ClientTimeout,
+			Store:       st,
+			Lease:       ls,
+			LeaseTTL:    max(200*time.Millisecond, 4*o.Latency.Mean()),
+			OnLeaseHeld: herd.ServeStale,
+			LeaseWait:   o.ClientTimeout,
+			Limiter:     lim,
+			Recorder:    stale,
+			Load: func(ctx context.Context, key string) (string, error) {
+				return key, db.call(ctx)
+			},
+		})
+		if err != nil {
+			return Run{}, slowMeasures{}, err
+		}
+		lims = append(lims, lim)
+		caches = append(caches, c)
+	}
+
+	// Traffic: per replica, the hot key at o.Rate and cold keys, each read
+	// once, at stormLoad × the database's capacity throughput shared out, at
+	// Low priority: a miss of the hot key goes before them.
+	stormRate := stormLoad * float64(db.capacity) / o.Latency.Mean().Seconds() / float64(o.Replicas)
+	var mu sync.Mutex
+	var reqs []slowReq
+	var wg sync.WaitGroup
+	db.epoch = time.Now()
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for i, c := range caches {
+		for s, rate := range []float64{o.Rate, stormRate} {
+			rng := rand.New(rand.NewPCG(o.Seed+uint64(i), uint64(s)))
+			wg.Go(func() {
+				next := time.Duration(0)
+				for seq := 0; ; seq++ {
+					next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+					if !sleepFor(rctx, next-db.since()) {
+						return
+					}
+					key, pctx := "hot", ctx
+					if s == 1 {
+						key = "c" + strconv.Itoa(i) + "-" + strconv.Itoa(seq)
+						pctx = limiter.WithPriority(ctx, limiter.Low)
+					}
+					wg.Go(func() {
+						cctx, ccancel := context.WithTimeout(pctx, o.ClientTimeout)
+						start := db.since()
+						_, err := c.Get(cctx, key, nil)
+						ccancel()
+						q := slowReq{start: start, end: db.since(), err: err}
+						mu.Lock()
+						reqs = append(reqs, q)
+						mu.Unlock()
+					})
+				}
+			})
+		}
+	}
+	wg.Wait()
+
+	db.mu.Lock()
+	calls := slices.Clone(db.calls)
+	db.mu.Unlock()
+	run, m := slowMeasure(rung, d, db.capacity, calls, reqs)
+	run.StaleServed = stale.n.Load()
+	for _, l := range lims {
+		run.Shed += int64(l.Stats().Shed())
+	}
+	return run, m, nil
+}
+
+// sleepFor waits d, or until ctx ends; it reports whether ctx is still live.
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// slowMeasure sums up one rung's calls and requests.
+func slowMeasure(rung string, d time.Duration, capacity int, calls []dbCall, reqs []slowReq) (Run, slowMeasures) {
+	r := Run{Scenario: slowScenario, Layer: rung, Requests: int64(len(reqs)), OriginCalls: int64(len(calls)), Extra: map[string]float64{}}
+	var lat []time.Duration
+	good := 0
+	for _, q := range reqs {
+		switch {
+		case q.err == nil:
+			good++
+			lat = append(lat, q.end-q.start)
+		case errors.Is(q.err, herd.ErrOverloaded):
+		default:
+			r.Errors++
+		}
+	}
+	slices.Sort(lat)
+	r.P50, r.P99, r.P999 = quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 0.999)
+
+	r.Bucket = d / 60
+	r.Timeline = make([]int64, 60)
+	r.Concurrency = make([]int, 60)
+	var all, over, slow, calm []time.Duration
+	windows := overloadWindows(d)
+	busy := 0.0 // call-time inside the overload windows
+	for _, c := range calls {
+		r.PeakOrigin = max(r.PeakOrigin, c.inflight)
+		if b := int(c.start / r.Bucket); b >= 0 && b < 60 {
+			r.Timeline[b]++
+			r.Concurrency[b] = max(r.Concurrency[b], c.inflight)
+		}
+		end := c.end
+		if !c.done {
+			end = d
+		}
+		all = append(all, end-c.start)
+		for _, w := range windows {
+			busy += float64(max(0, min(end, w[1])-max(c.start, w[0])))
+			if c.start >= w[0] && c.start < w[1] {
+				over = append(over, end-c.start)
+			}
+		}
+		if c.start >= 4*d/10 && c.start < 7*d/10 {
+			slow = append(slow, end-c.start)
+		} else if c.inflight <= capacity {
+			calm = append(calm, end-c.start)
+		}
+	}
+	span := 0.0
+	for _, w := range windows {
+		span += float64(w[1] - w[0])
+	}
+	for _, s := range [][]time.Duration{all, over, slow} {
+		slices.Sort(s)
+	}
+	m := slowMeasures{
+		rung:          rung,
+		goodput:       float64(good) / d.Seconds(),
+		inflight:      busy / span,
+		p99:           quantile(over, 0.99),
+		overloadCalls: int64(len(over)),
+		calm:          calm,
+	}
+	r.Extra["db_p99_ms"] = msOf(quantile(all, 0.99))
+	r.Extra["db_p99_overload_ms"] = msOf(m.p99)
+	r.Extra["db_p99_slow_ms"] = msOf(quantile(slow, 0.99))
+	r.Extra["db_mean_inflight"] = m.inflight
+	r.Extra["goodput"] = m.goodput
+	return r, m
+}
+
+// slowChecks judges the adaptive rung against the static ones.
+func slowChecks(o *Options, ms []slowMeasures, healthy time.Duration) []Check {
+	var adaptive slowMeasures
+	best, bestRung := -1.0, ""
+	for _, m := range ms {
+		if m.rung == "adaptive" {
+			adaptive = m
+		} else if m.goodput > best {
+			best, bestRung = m.goodput, m.rung
+		}
+	}
+	capacity := float64(max(o.Capacity, 1))
+	return []Check{{
+		Scenario: slowScenario, Layer: "adaptive",
+		Promise: fmt.Sprintf("mean database in-flight calls while overloaded within [%.1f, %.0f] (capacity %d ÷/× %.0f)",
+			capacity/slowInflightBand, capacity*slowInflightBand, int(capacity), slowInflightBand),
+		Measured:     fmt.Sprintf("%.1f", adaptive.inflight),
+		Observations: adaptive.overloadCalls, Observed: "database calls while overloaded",
+		OK: adaptive.overloadCalls > 0 && adaptive.inflight >= capacity/slowInflightBand && adaptive.inflight <= capacity*slowInflightBand,
+	}, {
+		Scenario: slowScenario, Layer: "adaptive",
+		Promise: fmt.Sprintf("database p99 while overloaded at most %.1f× the healthy p99 (%v)",
+			slowP99Factor, healthy.Round(time.Millisecond)),
+		Measured:     adaptive.p99.Round(time.Millisecond).String(),
+		Observations: adaptive.overloadCalls, Observed: "database calls while overloaded",
+		OK: adaptive.overloadCalls > 0 && float64(adaptive.p99) <= slowP99Factor*float64(healthy),
+	}, {
+		Scenario: slowScenario, Layer: "adaptive",
+		Promise: fmt.Sprintf("goodput at least %.0f%% of the best static rung's (%s, %.0f/s)",
+			100*slowGoodputShare, bestRung, best),
+		Measured:     fmt.Sprintf("%.0f/s", adaptive.goodput),
+		Observations: adaptive.overloadCalls, Observed: "database calls while overloaded",
+		OK: adaptive.overloadCalls > 0 && adaptive.goodput >= slowGoodputShare*best,
+	}}
+}

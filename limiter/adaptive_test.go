@@ -1,0 +1,361 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// fakeStore is a store whose latency follows
+//
+//	latency = base * mult * max(1, inflight/capacity)
+//
+// with inflight the calls in the store when a call starts, itself included:
+// it serves up to capacity calls at its base latency and slows in proportion
+// beyond, the way a database queues on its cores or disks. mult is 1 when it
+// is healthy; the tests raise it to 5 for a while.
+type fakeStore struct {
+	base     time.Duration
+	capacity int
+
+	mult     atomic.Int64
+	inflight atomic.Int64
+	peak     atomic.Int64 // the most calls in the store at once, reset by the test
+	calls    atomic.Int64
+}
+
+func (s *fakeStore) call() {
+	n := s.inflight.Add(1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	d := s.base * time.Duration(s.mult.Load())
+	if int(n) > s.capacity {
+		d = d * time.Duration(n) / time.Duration(s.capacity)
+	}
+	time.Sleep(d) // the store's latency, on the bubble's fake clock
+	s.inflight.Add(-1)
+	s.calls.Add(1)
+}
+
+// drive runs workers callers that each loop Acquire, store call, Release
+// until ctx ends, and returns a function that waits for them.
+func drive(ctx context.Context, l *Limiter, s *fakeStore, workers int) (wait func()) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if err := l.Acquire(ctx); err != nil {
+					continue
+				}
+				s.call()
+				l.Release()
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// sample is the limiter and store seen at one instant.
+type sample struct {
+	at    time.Duration // since the start
+	limit int
+	calls int64 // store calls completed
+}
+
+// run drives a limiter of Options{Limit: 64, MinLimit: 2} with 100 callers
+// over a store of base 10ms and capacity 16, whose latency is multiplied by
+// 5 from slowAt to fastAt, and samples it every millisecond until end.
+func run(t *testing.T, slowAt, fastAt, end time.Duration) (*fakeStore, []sample) {
+	s := &fakeStore{base: 10 * time.Millisecond, capacity: 16}
+	s.mult.Store(1)
+	l := mustNew(t, Options{Limit: 64, MinLimit: 2})
+	ctx, cancel := context.WithCancel(t.Context())
+	wait := drive(ctx, l, s, 100)
+	var out []sample
+	for at := time.Duration(0); at < end; at += time.Millisecond {
+		switch at {
+		case slowAt:
+			s.mult.Store(5)
+		case fastAt:
+			s.mult.Store(1)
+		}
+		time.Sleep(time.Millisecond)
+		out = append(out, sample{at: at + time.Millisecond, limit: l.Limit(), calls: s.calls.Load()})
+	}
+	cancel()
+	wait()
+	return s, out
+}
+
+// between returns the samples in [from, to).
+func between(all []sample, from, to time.Duration) []sample {
+	var out []sample
+	for _, x := range all {
+		if x.at >= from && x.at < to {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// checkSteady checks the promise of a steady limit over a store of
+// capacity 16: every sample within [8, 48] (0.5x to 3x capacity) and a
+// mean within [16, maxMean].
+func checkSteady(t *testing.T, what string, xs []sample, maxMean float64) {
+	t.Helper()
+	sum := 0
+	for _, x := range xs {
+		if x.limit < 8 || x.limit > 48 {
+			t.Errorf("%s: at %v the limit is %d, want it within [8, 48]", what, x.at, x.limit)
+			return
+		}
+		sum += x.limit
+	}
+	if mean := float64(sum) / float64(len(xs)); mean < 16 || mean > maxMean {
+		t.Errorf("%s: mean limit %.1f, want it within [16, %.0f]", what, mean, maxMean)
+	}
+}
+
+// The adaptive limit starts at its floor and climbs to the store's capacity
+// (16) within 50 store calls, then holds near it, never below 0.5x or
+// above 3x the capacity and 1x to 1.75x on average, though 100 callers want
+// more and the ceiling is 64.
+func TestAdaptiveConverges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, xs := run(t, time.Hour, time.Hour, time.Second)
+		reached := -1
+		for _, x := range xs {
+			if x.limit >= 16 {
+				reached = int(x.calls)
+				break
+			}
+		}
+		if reached < 0 || reached > 50 {
+			t.Errorf("the limit reached the capacity after %d store calls, want at most 50", reached)
+		}
+		checkSteady(t, "after 200ms", between(xs, 200*time.Millisecond, time.Second), 28)
+	})
+}
+
+// When the store's base latency steps up 5x the limit falls to half the
+// capacity (8) or less within 300ms; when it steps back down, the limit is
+// back near the capacity within 300ms and holds there: every sample within
+// [8, 48], the mean within [16, 44].
+func TestAdaptiveBacksOffAndRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const slow, fast, end = time.Second, 2 * time.Second, 3 * time.Second
+		_, xs := run(t, slow, fast, end)
+		backedOff := false
+		for _, x := range between(xs, slow, slow+300*time.Millisecond) {
+			if x.limit <= 8 {
+				backedOff = true
+				break
+			}
+		}
+		if !backedOff {
+			t.Errorf("the limit did not fall to 8 or below within 300ms of the 5x step: %v", between(xs, slow, slow+300*time.Millisecond))
+		}
+		// The no-load estimate comes down only as low as the lowest window
+		// after the step, which may still hold calls of the slow phase, so
+		// the mean may sit higher: within 2.75x the capacity.
+		checkSteady(t, "after recovery", between(xs, fast+300*time.Millisecond, end), 44)
+	})
+}
+
+// While the store is slower by itself the limit, once at its floor, takes
+// the slower latency as the store's no-load latency and climbs again rather
+// than starving a store that is slow but not overloaded.
+func TestAdaptiveRelearnsSlowerStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, xs := run(t, 0, time.Hour, 4*time.Second)
+		sum := 0
+		last := between(xs, 3*time.Second, 4*time.Second)
+		for _, x := range last {
+			sum += x.limit
+		}
+		if mean := float64(sum) / float64(len(last)); mean < 12 {
+			t.Errorf("in the 4th second of a store 5x slower by itself the mean limit is %.1f, want at least 12", mean)
+		}
+	})
+}
+
+// Latency is measured also when the limit is fixed: ShedLatency alone makes
+// the limiter measure it, and the limit stays at Limit.
+func TestFixedLimitMeasuresForShedding(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &fakeStore{base: 10 * time.Millisecond, capacity: 16}
+		s.mult.Store(1)
+		l := mustNew(t, Options{Limit: 8, ShedLatency: time.Second})
+		ctx, cancel := context.WithCancel(t.Context())
+		wait := drive(ctx, l, s, 20)
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		wait()
+		st := l.Stats()
+		if st.Latency != 10*time.Millisecond || st.NoLoadLatency != 10*time.Millisecond {
+			t.Errorf("Latency, NoLoadLatency = %v, %v; want 10ms, 10ms", st.Latency, st.NoLoadLatency)
+		}
+		if l.Limit() != 8 {
+			t.Errorf("Limit() = %d, want the fixed 8", l.Limit())
+		}
+	})
+}
+
+// Once the store's measured latency is above ShedLatency, Low-priority and
+// background calls are shed with ReasonLatency, even with slots free, while
+// Normal and High calls still get slots.
+func TestShedLatencyStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Options{Limit: 8, ShedLatency: 50 * time.Millisecond})
+		// hold makes minWindow calls of d at once: a window's worth.
+		hold := func(d time.Duration) {
+			for range minWindow {
+				if err := l.Acquire(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(d)
+			for range minWindow {
+				l.Release()
+			}
+		}
+		hold(10 * time.Millisecond)
+		hold(10 * time.Millisecond)
+		low := WithPriority(t.Context(), Low)
+		if err := l.Acquire(low); err != nil {
+			t.Fatalf("Low Acquire with a fast store: %v", err)
+		}
+		l.Release()
+		if !l.TryAcquireBackground() {
+			t.Fatal("TryAcquireBackground with a fast store: false")
+		}
+		l.Release()
+
+		for range 2 {
+			hold(100 * time.Millisecond)
+		}
+		if got := l.Stats().Latency; got <= 50*time.Millisecond {
+			t.Fatalf("Latency = %v after slow calls, want above 50ms", got)
+		}
+		var oe *OverloadError
+		if err := l.Acquire(low); !errors.As(err, &oe) || oe.Reason != ReasonLatency || oe.Priority != Low || oe.RetryAfter != time.Second {
+			t.Errorf("Low Acquire with a slow store: %v, want an OverloadError for %q with RetryAfter 1s", err, ReasonLatency)
+		}
+		if l.TryAcquireBackground() {
+			t.Error("TryAcquireBackground with a slow store: true, want false")
+		}
+		for _, p := range []Priority{Normal, High} {
+			if err := l.Acquire(WithPriority(t.Context(), p)); err != nil {
+				t.Errorf("%v Acquire with a slow store: %v", p, err)
+			} else {
+				l.Release()
+			}
+		}
+		st := l.Stats()
+		if st.ShedLatency != 2 || st.ShedLow != 1 || st.ShedBackground != 1 || st.Shed() != 2 {
+			t.Errorf("Stats: ShedLatency %d, ShedLow %d, ShedBackground %d, Shed() %d; want 2, 1, 1, 2",
+				st.ShedLatency, st.ShedLow, st.ShedBackground, st.Shed())
+		}
+	})
+}
+
+// A Low-priority call that would have to wait is shed with ReasonLatency
+// once the longest-waiting call has waited more than ShedLatency; before
+// that it queues, and a Normal call queues whatever the wait.
+func TestShedLatencyQueueWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Options{Limit: 1, ShedLatency: 50 * time.Millisecond})
+		if err := l.Acquire(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		normal := acquireAsync(l, t.Context())
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		early := acquireAsync(l, WithPriority(ctx, Low))
+		synctest.Wait()
+		if got := l.Waiting(); got != 2 {
+			t.Fatalf("Waiting() = %d, want the Normal and the early Low call", got)
+		}
+		time.Sleep(60 * time.Millisecond)
+		var oe *OverloadError
+		if err := l.Acquire(WithPriority(t.Context(), Low)); !errors.As(err, &oe) || oe.Reason != ReasonLatency {
+			t.Errorf("Low Acquire behind a 60ms wait: %v, want an OverloadError for %q", err, ReasonLatency)
+		}
+		late := acquireAsync(l, t.Context())
+		synctest.Wait()
+		if got := l.Waiting(); got != 3 {
+			t.Errorf("Waiting() = %d, want 3: a Normal call is not shed by the wait", got)
+		}
+		l.Release()
+		if err := <-normal; err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		if err := <-late; err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		cancel()
+		<-early
+	})
+}
+
+func TestAdaptiveOptionsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Limit: 8, MinLimit: -1}, "limiter: MinLimit is -1, must not be negative"},
+		{Options{Limit: 8, MinLimit: 9}, "limiter: MinLimit is 9, must be at most Limit (8)"},
+		{Options{Limit: 8, Reserve: 2, MinLimit: 2}, "limiter: MinLimit is 2, must be above Reserve (2)"},
+		{Options{Limit: 8, ShedLatency: -time.Second}, "limiter: ShedLatency is -1s, must not be negative"},
+	} {
+		if _, err := New(tc.o); err == nil || err.Error() != tc.want {
+			t.Errorf("New(%+v) = %v, want %q", tc.o, err, tc.want)
+		}
+	}
+	l := mustNew(t, Options{Limit: 8, Reserve: 2, MinLimit: 3})
+	if got := l.Limit(); got != 3 {
+		t.Errorf("Limit() of a new adaptive limiter = %d, want its floor 3", got)
+	}
+}
+
+// After the adaptive limit falls below the slots held, released slots are
+// not handed on until fewer than the limit are held; then the first waiter
+// of the highest priority gets the next one.
+func TestLoweredLimitDrainsBeforeGranting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Options{Limit: 8, MinLimit: 3})
+		for range 3 {
+			if err := l.Acquire(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		low := acquireAsync(l, WithPriority(t.Context(), Low))
+		synctest.Wait()
+		high := acquireAsync(l, WithPriority(t.Context(), High))
+		synctest.Wait()
+		l.mu.Lock()
+		l.limit.Store(1) // as a window of a slower store would set it
+		l.mu.Unlock()
+		l.Release()
+		l.Release()
+		synctest.Wait()
+		checkCounts(t, l, 1, 2)
+		l.Release()
+		if err := <-high; err != nil {
+			t.Fatalf("High waiter: %v", err)
+		}
+		checkCounts(t, l, 1, 1)
+		l.Release()
+		if err := <-low; err != nil {
+			t.Fatalf("Low waiter: %v", err)
+		}
+		l.Release()
+		checkCounts(t, l, 0, 0)
+	})
+}
