@@ -225,13 +225,6 @@ func (c *Cache[V]) closeSet(ctx context.Context, s *leaseSet) {
 	c.flushSet(ctx, s)
 }
 
-// releaseLease releases h, a lease taken that no load will use.
-func (c *Cache[V]) releaseLease(ctx context.Context, h *heldLease) {
-	s := newLeaseSet()
-	s.add(h)
-	c.closeSet(ctx, s)
-}
-
 // sendEnds sends ends in the background: the write-back of each value
 // loaded and the release of each lease, in one call when the Lease is a
 // [BatchLease] and there are several. A write that failed (the Store
