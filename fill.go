@@ -395,20 +395,14 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 	if fs, loads = b.fromPre(ctx, fs); len(fs) == 0 {
 		return loads, nil
 	}
-	watches, told := make([]*completion, len(fs)), make([]*completion, len(fs))
+	watches := make([]*completion, len(fs))
 	for i, f := range fs {
 		watches[i] = c.watch(f.key, b.wakes.wake) // before the attempts
-		told[i] = watches[i].share()
 	}
 	sent := c.clk.now()
 	for i, got := range c.acquireMany(ctx, leaseRequests(fs), func(i int) bool { return fs[i].wantsStale() }) {
 		f := fs[i]
-		a, err := c.grantAttempt(ctx, f.key, got.Grant, got.Err, sent, told[i])
-		if a.outcome == leaseHeld && err == nil {
-			a.watch = watches[i]
-		} else {
-			watches[i].stop()
-		}
+		a, err := c.answerAttempt(ctx, f.key, got, sent, watches[i])
 		if err != nil {
 			b.settle(f.key, nil, err)
 			continue

@@ -91,6 +91,20 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err er
 	return attempt[V]{outcome: leaseHeld, until: until}, nil
 }
 
+// answerAttempt is grantAttempt for got, the answer to an acquisition of
+// key sent at sent, registered for with w before it was sent: w is both
+// what the replica remembers of the holder and, when the lease is held,
+// the attempt's watch; otherwise the attempt gives it up.
+func (c *Cache[V]) answerAttempt(ctx context.Context, key string, got Acquired, sent int64, w *completion) (attempt[V], error) {
+	a, err := c.grantAttempt(ctx, key, got.Grant, got.Err, sent, w.share())
+	if a.outcome == leaseHeld && err == nil {
+		a.watch = w
+	} else {
+		w.stop()
+	}
+	return a, err
+}
+
 // foundAttempt is the attempt of a grant that found a value: leaseFound,
 // or leaseUndecodable when it does not decode. A value a tag retired is
 // asked for once more, for a newer value or the lease; one retired again

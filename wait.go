@@ -442,12 +442,7 @@ func (ws *waits[V]) ask(ctx context.Context, wts []*waiter[V]) {
 		reqs[i] = LeaseRequest{Key: wt.f.key, After: time.Unix(0, sent)}
 	}
 	for i, got := range c.acquireMany(ctx, reqs, nil) {
-		a, err := c.grantAttempt(ctx, wts[i].f.key, got.Grant, got.Err, sent, watches[i].share())
-		if a.outcome == leaseHeld && err == nil {
-			a.watch = watches[i]
-		} else {
-			watches[i].stop()
-		}
+		a, err := c.answerAttempt(ctx, wts[i].f.key, got, sent, watches[i])
 		wts[i].answer = answer[V]{a, err}
 	}
 }

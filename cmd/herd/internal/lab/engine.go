@@ -644,7 +644,11 @@ func (e *runEnv) sleepUntil(ctx context.Context, t time.Duration) bool {
 // sleepUntil waits until the origin's clock reads t; it reports false if
 // ctx ended first.
 func sleepUntil(ctx context.Context, o *Origin, t time.Duration) bool {
-	d := t - o.Since()
+	return sleepFor(ctx, t-o.Since())
+}
+
+// sleepFor waits d; it reports false if ctx ended first.
+func sleepFor(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}

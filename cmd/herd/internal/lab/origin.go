@@ -117,14 +117,8 @@ func (o *Origin) Call(ctx context.Context, key, replica int) (uint64, error) {
 	var err error
 	if o.opts.Query != nil {
 		err = o.opts.Query(ctx, d)
-	} else {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			err = fmt.Errorf("lab: backing store call: %w", ctx.Err())
-		}
+	} else if !sleepFor(ctx, d) {
+		err = fmt.Errorf("lab: backing store call: %w", ctx.Err())
 	}
 	if err == nil && fail {
 		err = ErrOriginFailure

@@ -108,14 +108,8 @@ func (db *slowDB) call(ctx context.Context) error {
 	var err error
 	if db.query != nil {
 		err = db.query(ctx, d)
-	} else {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			err = ctx.Err()
-		}
+	} else if !sleepFor(ctx, d) {
+		err = ctx.Err()
 	}
 	db.mu.Lock()
 	db.calls[i].end, db.calls[i].done = db.since(), true
@@ -311,19 +305,6 @@ func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.
 		run.Shed += int64(l.Stats().Shed())
 	}
 	return run, m, nil
-}
-
-// sleepFor waits d, or until ctx ends; it reports whether ctx is still live.
-func sleepFor(ctx context.Context, d time.Duration) bool {
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-	}
-	return ctx.Err() == nil
 }
 
 // slowMeasure sums up one rung's calls and requests.
