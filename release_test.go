@@ -186,33 +186,44 @@ func TestNoValuePastHardAfterRemoteWait(t *testing.T) {
 	}
 }
 
-// flakyAcquire is a replica's Lease whose next fails acquisitions fail, as
-// a call that times out does.
-type flakyAcquire struct {
+// flakyTier is a replica's Store and Lease whose next fails reads and
+// acquisitions fail, as calls that time out do.
+type flakyTier struct {
 	*memory.Remote
 	fails atomic.Int32
 }
 
-func (l *flakyAcquire) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (l *flakyTier) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
+	if l.fails.Add(-1) >= 0 {
+		out := make([]herd.Loaded, len(keys))
+		for i := range out {
+			out[i].Err = errors.New("i/o timeout")
+		}
+		return out
+	}
+	return l.Remote.LoadMany(ctx, keys)
+}
+
+func (l *flakyTier) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
 	if l.fails.Add(-1) >= 0 {
 		return herd.Grant{}, errors.New("i/o timeout")
 	}
 	return l.Remote.Acquire(ctx, key, ttl, after)
 }
 
-// A Wait loser whose attempt after the holder's completion fails (a
-// hiccup that does not open the breaker) waits out its backoff and then
-// finds the holder's value: it neither stalls nor loads.
+// A Wait loser whose re-read and attempt after the holder's completion
+// both fail (a hiccup that does not open the breaker) waits out its
+// backoff and then finds the holder's value: it neither stalls nor loads.
 func TestLoserRidesOutFailedAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		a := fleetReplica(t, r, nil)
 		release, resA := fleetHold(t, a, "k", 5)
-		fl := &flakyAcquire{Remote: r}
-		b := fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = fl })
+		fl := &flakyTier{Remote: r}
+		b := fleetReplica(t, r, func(o *herd.Options[int]) { o.Store, o.Lease = fl, fl })
 		resB := getAsync(bounded(t), b, "k", fleetNoLoad(t, "B"), herd.WithLoserPolicy(herd.Wait))
 		synctest.Wait() // B waits for A
-		fl.fails.Store(1)
+		fl.fails.Store(2)
 		release()
 		if res := recv(t, resA); res.err != nil || res.v != 5 {
 			t.Fatalf("A's Get = %d, %v; want 5, nil", res.v, res.err)
@@ -221,7 +232,7 @@ func TestLoserRidesOutFailedAttempt(t *testing.T) {
 			t.Fatalf("B's Get = %d, %v; want A's 5, nil", res.v, res.err)
 		}
 		if fl.fails.Load() > 0 {
-			t.Error("B made no attempt after the holder's completion")
+			t.Error("B made no read and attempt after the holder's completion")
 		}
 	})
 }

@@ -293,10 +293,10 @@ func (ws *waits[V]) due(now time.Time) (due []*waiter[V]) {
 	return due
 }
 
-// act makes the next move of each due wait: it asks for the lease again
-// when its holder completed or its time passed, and otherwise re-reads the
-// Store; then it settles the waits that ended, loads the keys leased here,
-// and schedules the others.
+// act makes the next move of each due wait: it re-reads the Store, and
+// asks for the lease again when its holder's time passed, or when its
+// holder completed and the read found no value; then it settles the waits
+// that ended, loads the keys leased here, and schedules the others.
 func (ws *waits[V]) act(ctx context.Context, due []*waiter[V]) {
 	if len(due) == 0 {
 		return
@@ -306,15 +306,24 @@ func (ws *waits[V]) act(ctx context.Context, due []*waiter[V]) {
 	clk := c.clk.now()
 	for _, wt := range due {
 		wt.pushed = wt.w.came()
-		wt.asked = wt.pushed || clk >= wt.until
+		wt.asked = !wt.pushed && clk >= wt.until
 		if wt.asked {
 			ask = append(ask, wt)
 		} else {
 			peek = append(peek, wt)
 		}
 	}
-	ws.ask(ctx, ask)
 	ws.peek(ctx, peek)
+	for _, wt := range peek {
+		// A completion that left no value (the lease is free, or another
+		// load took it), or a read that failed: the answer of the lease
+		// says which.
+		if wt.pushed && wt.answer.outcome != leaseFound {
+			wt.asked = true
+			ask = append(ask, wt)
+		}
+	}
+	ws.ask(ctx, ask)
 	now := time.Now()
 	var loads []pendingLoad[V]
 	for _, wt := range due {
