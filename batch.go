@@ -143,20 +143,21 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at positions
 		again := missed[:0]
 		for j, key := range missed {
 			e, err := res[j].Val, res[j].Err
+			now := c.clk.now()
 			switch {
-			case err == nil && e.gone(c.clk.now()):
+			case err == nil && e.gone(now):
 				if attempt+1 < maxMissAttempts && ctx.Err() == nil {
 					again = append(again, key) // expired while remote calls were waited on
 					continue
 				}
 				err = errNoFresh(key)
-			case err == nil && e.stale(c.clk.now()) && co.noStale:
+			case err == nil && e.stale(now) && co.noStale:
 				if attempt+1 < maxMissAttempts && ctx.Err() == nil {
 					again = append(again, key) // went stale before this caller took it
 					continue
 				}
 				err = errNoFresh(key)
-			case err == nil && e.stale(c.clk.now()):
+			case err == nil && e.stale(now):
 				// Served stale by the flight (from the Store or as a lease loser).
 				c.countStale(key)
 				refresh = append(refresh, staleRead[V]{key: key, e: e, started: &c.st.staleRefreshes})

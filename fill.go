@@ -63,9 +63,14 @@ type fillState[V any] struct {
 }
 
 func (c *Cache[V]) newFill(key string, m mode, co callOpts) *fillState[V] {
-	f := &fillState[V]{c: c, key: key, mode: m, co: co, now: c.clk.now()}
-	f.gen, f.puts = c.gens.get(key)
+	f := new(fillState[V])
+	c.initFill(f, key, m, co)
 	return f
+}
+
+func (c *Cache[V]) initFill(f *fillState[V], key string, m mode, co callOpts) {
+	*f = fillState[V]{c: c, key: key, mode: m, co: co, now: c.clk.now()}
+	f.gen, f.puts = c.gens.get(key)
 }
 
 // preCurrent reports whether pre is a read of the Store made before the
@@ -243,8 +248,10 @@ func (b *batchFill[V]) count(fs []*fillState[V]) (end func()) {
 // olds holds, the refresh of its old value.
 func (c *Cache[V]) newFills(keys []string, co callOpts, olds map[string]*entry[V]) []*fillState[V] {
 	fs := make([]*fillState[V], len(keys))
+	states := make([]fillState[V], len(keys))
 	for i, key := range keys {
-		fs[i] = c.newFill(key, foreground, co)
+		fs[i] = &states[i]
+		c.initFill(fs[i], key, foreground, co)
 		if old := olds[key]; old != nil {
 			fs[i].mode, fs[i].old = background, old
 		}
@@ -395,12 +402,14 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 	if fs, loads = b.fromPre(ctx, fs); len(fs) == 0 {
 		return loads, nil
 	}
-	watches := make([]*completion, len(fs))
-	for i, f := range fs {
-		watches[i] = c.watch(f.key, b.wakes.wake) // before the attempts
+	reqs := leaseRequests(fs)
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
 	}
+	watches := c.watchAll(keys, b.wakes.wake) // before the attempts
 	sent := c.clk.now()
-	for i, got := range c.acquireMany(ctx, leaseRequests(fs), func(i int) bool { return fs[i].wantsStale() }) {
+	for i, got := range c.acquireMany(ctx, reqs, func(i int) bool { return fs[i].wantsStale() }) {
 		f := fs[i]
 		a, err := c.answerAttempt(ctx, f.key, got, sent, watches[i])
 		if err != nil {

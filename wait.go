@@ -52,14 +52,26 @@ func (w *completion) fire() {
 // watch registers for key's next completion when the Lease is a Watcher,
 // with wake to call when it comes (nil: none); nil otherwise.
 func (c *Cache[V]) watch(key string, wake func(*completion)) *completion {
+	return c.watchAll([]string{key}, wake)[0]
+}
+
+// watchAll is watch for each of keys, its registrations allocated
+// together.
+func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion {
+	ws := make([]*completion, len(keys))
 	lw, ok := c.cfg.Lease.(Watcher)
 	if !ok {
-		return nil
+		return ws
 	}
-	w := &completion{wake: wake}
-	w.refs.Store(1)
-	w.end = lw.Watch(key, w.fire)
-	return w
+	all := make([]completion, len(keys))
+	for i, key := range keys {
+		w := &all[i]
+		w.wake = wake
+		w.refs.Store(1)
+		w.end = lw.Watch(key, w.fire)
+		ws[i] = w
+	}
+	return ws
 }
 
 // share gives w another owner, who stops it too.
@@ -442,13 +454,14 @@ func (ws *waits[V]) ask(ctx context.Context, wts []*waiter[V]) {
 	}
 	c := ws.b.c
 	reqs := make([]LeaseRequest, len(wts))
-	watches := make([]*completion, len(wts))
+	keys := make([]string, len(wts))
 	for i, wt := range wts {
-		watches[i] = c.watch(wt.f.key, ws.b.wakes.wake)
+		keys[i] = wt.f.key
 	}
+	watches := c.watchAll(keys, ws.b.wakes.wake)
 	sent := c.clk.now()
-	for i, wt := range wts {
-		reqs[i] = LeaseRequest{Key: wt.f.key, After: time.Unix(0, sent)}
+	for i, key := range keys {
+		reqs[i] = LeaseRequest{Key: key, After: time.Unix(0, sent)}
 	}
 	for i, got := range c.acquireMany(ctx, reqs, nil) {
 		a, err := c.answerAttempt(ctx, wts[i].f.key, got, sent, watches[i])

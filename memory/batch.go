@@ -8,6 +8,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/internal/notify"
 )
 
 var (
@@ -91,16 +92,30 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 // when its Env is nil. Each stored value notifies subscribers on its own
 // and each release announces its key's completion, as the single calls do.
 func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) []herd.Outcome {
-	r.countBatch()
 	out := make([]herd.Outcome, len(writes))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Batches++
+	r.batched = make([]notify.Notice, 0, len(writes))
+	defer r.pushBatched()
 	for i, w := range writes {
 		if w.Env == nil {
-			out[i].Err = r.Release(ctx, w.Key, w.Token)
+			out[i].Err = r.release(ctx, w.Key, w.Token)
 			continue
 		}
-		out[i].OK, out[i].Err = r.WriteRelease(ctx, w.Key, w.Env, w.Fence, w.TTL, w.Token)
+		out[i].OK, out[i].Err = r.writeRelease(ctx, w.Key, w.Env, w.Fence, w.TTL, w.Token)
 	}
 	return out
+}
+
+// pushBatched pushes the notices a batch call collected to every
+// subscription, as one message that they share. r.mu is held.
+func (r *Remote) pushBatched() {
+	ns := r.batched
+	r.batched = nil
+	for s := range r.subs {
+		s.PushAll(ns)
+	}
 }
 
 // countBatch counts one batch call in Stats.

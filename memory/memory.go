@@ -54,8 +54,11 @@ type Remote struct {
 	// waits holds the Wait calls blocked until a key's next announcement.
 	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
-	subs  map[*notify.Subscription]struct{}
-	stats Stats
+	subs map[*notify.Subscription]struct{}
+	// batched, when not nil, collects the notices of a batch call, pushed
+	// to every subscription as one message when it ends.
+	batched []notify.Notice
+	stats   Stats
 	// tags holds the tags' versions (see InvalidateTag); nil until the
 	// first call.
 	tags map[string]tagVersion
@@ -221,6 +224,11 @@ func (r *Remote) write(ctx context.Context, key string, env []byte, fence uint64
 func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.writeRelease(ctx, key, env, fence, ttl, token)
+}
+
+// writeRelease is WriteRelease with r.mu held.
+func (r *Remote) writeRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error) {
 	wrote, err := r.write(ctx, key, env, fence, ttl)
 	if rerr := r.release(ctx, key, token); rerr != nil {
 		return wrote, rerr
@@ -515,6 +523,10 @@ func fenceTTL(ttl time.Duration) time.Duration {
 // notify queues a change of key under fence for every subscription.
 // r.mu is held.
 func (r *Remote) notify(key string, fence uint64, dropped bool) {
+	if r.batched != nil {
+		r.batched = append(r.batched, notify.Notice{Key: key, Fence: fence, Dropped: dropped})
+		return
+	}
 	for s := range r.subs {
 		s.Push(notify.Notice{Key: key, Fence: fence, Dropped: dropped})
 	}
