@@ -54,8 +54,9 @@ type breaker struct {
 	degradedTotal time.Duration // guarded by mu
 	opens         int64         // guarded by mu
 
-	// onChange runs after the breaker opens or closes, outside its lock.
-	onChange func(open bool)
+	// onChange runs after the breaker opens or closes, outside its lock,
+	// with the failure that opened it (nil when it starts open, or closes).
+	onChange func(open bool, cause error)
 }
 
 // epoch is a state of the breaker, as at returns it.
@@ -127,7 +128,7 @@ func (b *breaker) record(ctx context.Context, at epoch, err error) {
 	case b.threshold == 0:
 	case b.state.Load() == breakerClosed:
 		if trip, now := b.failed(at); trip {
-			b.trip(now)
+			b.trip(now, err)
 		}
 	default:
 		b.probeEnded(at, true)
@@ -164,9 +165,9 @@ func (b *breaker) failed(at epoch) (trip bool, now epoch) {
 	}
 }
 
-// trip opens the breaker, closed in epoch at, the one its last failure
-// began.
-func (b *breaker) trip(at epoch) {
+// trip opens the breaker, closed in epoch at, the one its last failure,
+// cause, began.
+func (b *breaker) trip(at epoch, cause error) {
 	b.mu.Lock()
 	if b.state.Load() != breakerClosed || b.at() != at {
 		b.mu.Unlock()
@@ -179,7 +180,7 @@ func (b *breaker) trip(at epoch) {
 	b.advance()
 	b.mu.Unlock()
 	if b.onChange != nil {
-		b.onChange(true)
+		b.onChange(true, cause)
 	}
 }
 
@@ -215,7 +216,7 @@ func (b *breaker) close(at epoch) {
 	b.advance()
 	b.mu.Unlock()
 	if b.onChange != nil {
-		b.onChange(false)
+		b.onChange(false, nil)
 	}
 }
 
@@ -250,6 +251,6 @@ func (b *breaker) startFrom(store Store) {
 	b.advance()
 	b.mu.Unlock()
 	if b.onChange != nil {
-		b.onChange(true)
+		b.onChange(true, nil)
 	}
 }

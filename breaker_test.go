@@ -13,7 +13,11 @@ import (
 func TestBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var changes []bool
-		b := &breaker{threshold: 3, cooldown: time.Second, onChange: func(open bool) { changes = append(changes, open) }}
+		var causes []error
+		b := &breaker{threshold: 3, cooldown: time.Second, onChange: func(open bool, cause error) {
+			changes = append(changes, open)
+			causes = append(causes, cause)
+		}}
 		ctx := context.Background()
 		down := errors.New("down")
 
@@ -33,9 +37,13 @@ func TestBreaker(t *testing.T) {
 		if b.open() {
 			t.Fatal("failures before a success counted towards the threshold")
 		}
-		b.record(ctx, b.at(), down)
+		last := errors.New("down, the third time")
+		b.record(ctx, b.at(), last)
 		if !b.open() || b.allow() {
 			t.Fatal("breaker did not open after 3 consecutive failures")
+		}
+		if len(causes) != 1 || causes[0] != last {
+			t.Fatalf("opening reported causes %v, want the failure that opened it, %v", causes, last)
 		}
 
 		time.Sleep(time.Second - time.Millisecond)
@@ -100,7 +108,7 @@ func TestBreakerOff(t *testing.T) {
 func TestBreakerIgnoresCallsFromEarlierStates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var changes []bool
-		b := &breaker{threshold: 2, cooldown: time.Second, onChange: func(open bool) { changes = append(changes, open) }}
+		b := &breaker{threshold: 2, cooldown: time.Second, onChange: func(open bool, _ error) { changes = append(changes, open) }}
 		ctx := context.Background()
 		down := errors.New("down")
 
@@ -190,7 +198,7 @@ func TestBreakerProbeCancelled(t *testing.T) {
 // of a call made after the one before failed open the breaker, once.
 func TestBreakerCountsBurstOnce(t *testing.T) {
 	var opens atomic.Int64
-	b := &breaker{threshold: 3, cooldown: time.Hour, onChange: func(open bool) {
+	b := &breaker{threshold: 3, cooldown: time.Hour, onChange: func(open bool, _ error) {
 		if open {
 			opens.Add(1)
 		}
@@ -236,7 +244,7 @@ func (s reachedStore) Reached() bool { return s.reached }
 func TestBreakerStartsFromStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var opened []bool
-		b := &breaker{threshold: 5, cooldown: time.Second, onChange: func(open bool) { opened = append(opened, open) }}
+		b := &breaker{threshold: 5, cooldown: time.Second, onChange: func(open bool, _ error) { opened = append(opened, open) }}
 		b.startFrom(reachedStore{reached: false})
 		if !b.open() || !b.probeDue() || len(opened) != 1 || !opened[0] {
 			t.Fatalf("over an unreached Store: open %v, probe due %v, changes %v; want open with a probe due, reported", b.open(), b.probeDue(), opened)

@@ -178,15 +178,15 @@ func newLocal[V any](cfg config[V]) (*otter.Cache[string, *entry[V]], error) {
 	return local, nil
 }
 
-// breakerChanged reports the breaker opening or closing; once it closes,
-// local copies put before are re-read from the Store before being served as
-// fresh.
-func (c *Cache[V]) breakerChanged(open bool) {
+// breakerChanged reports the breaker opening, with the failure that
+// opened it, or closing; once it closes, local copies put before are
+// re-read from the Store before being served as fresh.
+func (c *Cache[V]) breakerChanged(open bool, cause error) {
 	if !open {
 		c.trustFloor.Store(c.clk.now())
 	}
 	if open {
-		c.event(EventBreakerOpened, "", nil)
+		c.event(EventBreakerOpened, "", cause)
 	} else {
 		c.event(EventBreakerClosed, "", nil)
 	}

@@ -130,8 +130,10 @@ const (
 	// is kept until its hard TTL.
 	EventRefreshFailed
 	// EventBreakerOpened: repeated remote failures; serving from the local
-	// tier only. Breaker changes are reported only as events; Stats counts
-	// them (BreakerOpens, Degraded).
+	// tier only. Err is the failure that opened it (nil when the cache
+	// starts open over a Store that has not reached its server). Breaker
+	// changes are reported only as events; Stats counts them
+	// (BreakerOpens, Degraded).
 	EventBreakerOpened
 	// EventBreakerClosed: the remote tier answers again.
 	EventBreakerClosed

@@ -21,6 +21,7 @@ type breakerEvents struct {
 	replica int
 	mu      sync.Mutex
 	changes []herd.EventKind // guarded by mu
+	causes  []error          // guarded by mu: each opening's
 	opened  chan struct{}    // one send per opening, never blocking the cache
 	closed  chan struct{}    // one send per closing
 	// anyOpened, when not nil, is sent the replica of each opening.
@@ -43,6 +44,9 @@ func (r *breakerEvents) RecordEvent(e herd.Event) {
 	}
 	r.mu.Lock()
 	r.changes = append(r.changes, e.Kind)
+	if e.Kind == herd.EventBreakerOpened {
+		r.causes = append(r.causes, e.Err)
+	}
 	r.mu.Unlock()
 	select {
 	case ch <- struct{}{}:
@@ -54,6 +58,13 @@ func (r *breakerEvents) RecordEvent(e herd.Event) {
 		default:
 		}
 	}
+}
+
+// opensBy returns the failures that opened the breaker, in order.
+func (r *breakerEvents) opensBy() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.causes...)
 }
 
 func (r *breakerEvents) seen() []herd.EventKind {
@@ -254,7 +265,7 @@ func TestBreakerRecoversOnceAfterRestart(t *testing.T) {
 	}
 	select {
 	case i := <-anyOpened:
-		t.Errorf("replica %d's breaker opened again %v after the restart, %v after the last closing", i, time.Since(restarted), time.Since(restarted)-closedBy)
+		t.Errorf("replica %d's breaker opened again %v after the restart, %v after the last closing; the failures that opened it: %v", i, time.Since(restarted), time.Since(restarted)-closedBy, events[i].opensBy())
 	case <-time.After(settle):
 	}
 	halt()
