@@ -10,10 +10,10 @@ import (
 
 // The losers' wait: the keys of a batch that found other loads holding
 // their leases wait for those loads' completions together, on the batch's
-// own goroutine. A key whose holder completed asks for its lease again;
-// between announcements (an announcement can be lost) it re-reads the
-// Store after a bounded backoff. The answers of the keys due at once are
-// asked for in one call.
+// own goroutine. A key whose holder completed re-reads the Store, and asks
+// for its lease again when the read finds no value; between announcements
+// (an announcement can be lost) it re-reads the Store after a bounded
+// backoff. The keys due at once are read, and asked for, in one call.
 
 // Bounds of the fallback re-read of a Wait loser between completion notices.
 const (
