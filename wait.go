@@ -52,7 +52,13 @@ func (w *completion) fire() {
 // watch registers for key's next completion when the Lease is a Watcher,
 // with wake to call when it comes (nil: none); nil otherwise.
 func (c *Cache[V]) watch(key string, wake func(*completion)) *completion {
-	return c.watchAll([]string{key}, wake)[0]
+	lw, ok := c.cfg.Lease.(Watcher)
+	if !ok {
+		return nil
+	}
+	w := new(completion)
+	w.register(lw, key, wake)
+	return w
 }
 
 // watchAll is watch for each of keys, its registrations allocated
@@ -65,13 +71,17 @@ func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion
 	}
 	all := make([]completion, len(keys))
 	for i, key := range keys {
-		w := &all[i]
-		w.wake = wake
-		w.refs.Store(1)
-		w.end = lw.Watch(key, w.fire)
-		ws[i] = w
+		ws[i] = &all[i]
+		ws[i].register(lw, key, wake)
 	}
 	return ws
+}
+
+// register makes w, owned by its caller alone, lw's registration for key.
+func (w *completion) register(lw Watcher, key string, wake func(*completion)) {
+	w.wake = wake
+	w.refs.Store(1)
+	w.end = lw.Watch(key, w.fire)
 }
 
 // share gives w another owner, who stops it too.
