@@ -159,15 +159,15 @@ func (c *Cache[V]) encode(e *entry[V]) ([]byte, error) {
 // gen was read.
 func (c *Cache[V]) setLocal(key string, e *entry[V], gen uint64) { c.publish(key, e, gen, false) }
 
-// publish puts e in the local tier unless key was set or invalidated since
-// gen was read, and reports whether it did. With write, it also refuses
+// publish puts e in the local tier unless key may have been set or
+// invalidated since gen was read, and reports whether it did. With write, it also refuses
 // while a Set or Invalidate of key is running, and otherwise counts an
 // unfenced remote write of key as in flight, to be ended with endWrite.
 func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool {
 	s := c.gens.stripe(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n != gen || write && (s.changes[key] > 0 || c.gens.all.Load() > 0) {
+	if s.changedSince(key, gen) || write && (s.changes[key] > 0 || c.gens.all.Load() > 0) {
 		return false
 	}
 	cur, ok := c.local.GetIfPresent(key)
@@ -204,8 +204,10 @@ func (c *Cache[V]) unpublish(key string, e *entry[V]) {
 // generations order the tiers' writes against Set and Invalidate. Set and
 // Invalidate bump the generation of their key's stripe when they begin and
 // when they end, and a load that read an older generation writes neither
-// tier. Keys share stripes, so an unrelated change can keep a value out of
-// the local tier, never let an old one in.
+// tier if one of the bumps since was of its key. Keys share stripes, and a
+// stripe remembers the keys of its last few bumps only: past those, an
+// unrelated change can keep a value out of the local tier, never let an
+// old one in.
 //
 // A load without a lease writes the Store unfenced, so the order of those
 // writes is kept here too: while a Set or Invalidate of key runs, no such
@@ -222,6 +224,9 @@ type generations struct {
 type genStripe struct {
 	mu sync.Mutex
 	n  uint64 // guarded by mu
+	// recent records what made the last len(recent) bumps of n: bump g
+	// is recent[g%len(recent)]; guarded by mu.
+	recent [8]bump
 	// puts counts the entries put in the local tier by loads and reads;
 	// guarded by mu. A Store read made before a put may be out of date.
 	puts uint64
@@ -240,6 +245,38 @@ type genStripe struct {
 	// mu, nil until first used. Two copies of one key (one re-read from the
 	// Store while the other is refreshed) start one refresh between them.
 	refreshing map[string]struct{}
+}
+
+// bump is one bump of a stripe's generation: a change of key, or of
+// every key (all).
+type bump struct {
+	key string
+	all bool
+}
+
+// bump advances the generation for a change of key, or of every key;
+// s.mu is held.
+func (s *genStripe) bump(key string, all bool) {
+	s.n++
+	s.recent[s.n%uint64(len(s.recent))] = bump{key: key, all: all}
+}
+
+// changedSince reports whether key may have been changed since the stripe
+// was at gen: a bump since was of key or of every key, or is no longer
+// recorded; s.mu is held.
+func (s *genStripe) changedSince(key string, gen uint64) bool {
+	if s.n == gen {
+		return false
+	}
+	if s.n-gen > uint64(len(s.recent)) {
+		return true
+	}
+	for g := gen + 1; g <= s.n; g++ {
+		if b := s.recent[g%uint64(len(s.recent))]; b.all || b.key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // startRefresh claims key's one background refresh and reports whether it
@@ -278,11 +315,13 @@ func (g *generations) get(key string) (gen, puts uint64) {
 	return s.n, s.puts
 }
 
-// changedSince reports whether key's stripe changed generation since gen
-// was read.
+// changedSince reports whether key may have been set or invalidated since
+// gen was read.
 func (g *generations) changedSince(key string, gen uint64) bool {
-	n, _ := g.get(key)
-	return n != gen
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changedSince(key, gen)
 }
 
 // beginChange starts a Set or Invalidate of key: it bumps the generation,
@@ -292,7 +331,7 @@ func (g *generations) beginChange(key string, fn func()) {
 	s := g.stripe(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.n++
+	s.bump(key, false)
 	if s.changes == nil {
 		s.changes = make(map[string]int)
 	}
@@ -314,7 +353,7 @@ func (g *generations) endChange(key string, fn func()) {
 	s := g.stripe(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.n++
+	s.bump(key, false)
 	if s.changes[key]--; s.changes[key] == 0 {
 		delete(s.changes, key)
 	}
@@ -329,7 +368,7 @@ func (g *generations) beginAll() {
 	for i := range g.stripes {
 		s := &g.stripes[i]
 		s.mu.Lock()
-		s.n++
+		s.bump("", true)
 		for len(s.writes) > 0 {
 			if s.idle.L == nil {
 				s.idle.L = &s.mu
@@ -352,7 +391,7 @@ func (g *generations) bumpAll() {
 	for i := range g.stripes {
 		s := &g.stripes[i]
 		s.mu.Lock()
-		s.n++
+		s.bump("", true)
 		s.mu.Unlock()
 	}
 }

@@ -165,14 +165,26 @@ func (c *engine) lookup(q *request) (*http.Response, error) {
 	}
 	e := c.peek(ctx, q.key)
 	if e != nil && e.kind == kindIndex {
-		q.names = e.varyNames
-		q.key = c.variantKey(q.primary, varyValues(q.r, q.names))
-		q.fwd = "vary-miss"
-		if s, b := c.fl.get(q.key); s != nil {
-			return c.follow(q, s, b, nil)
-		}
-		e = c.peek(ctx, q.key)
+		return c.lookupVariant(q, e.varyNames)
 	}
+	return c.answer(q, e)
+}
+
+// lookupVariant answers q from what the tiers hold under the variant key
+// its values of names give, or fetches it there.
+func (c *engine) lookupVariant(q *request, names []string) (*http.Response, error) {
+	q.names = names
+	q.key = c.variantKey(q.primary, varyValues(q.r, q.names))
+	q.old, q.found, q.fwd = nil, nil, "vary-miss"
+	if s, b := c.fl.get(q.key); s != nil {
+		return c.follow(q, s, b, nil)
+	}
+	return c.answer(q, c.peek(q.r.Context(), q.key))
+}
+
+// answer answers q with e, what the tiers hold under its key (nil for
+// nothing), or fetches.
+func (c *engine) answer(q *request, e *entry) (*http.Response, error) {
 	q.found = e
 	if e != nil && e.kind == kindResponse && !c.matches(e, q.r) {
 		e, q.fwd = nil, "vary-miss" // another variant shares the bucket
@@ -307,7 +319,7 @@ func (c *engine) fetch(q *request) (*http.Response, error) {
 		// request may not use (it needs validating, or is another variant
 		// of its bucket) is replaced by a direct fetch.
 		viaHerd := q.found == nil || now >= q.found.herdSoft
-		go c.lead(f, viaHerd)
+		go c.lead(f, q.found, viaHerd)
 	}
 	return c.follow(q, s, b, f)
 }
@@ -334,7 +346,7 @@ func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.R
 	case streaming:
 		head, _ := s.result()
 		if !c.matches(head, q.r) {
-			return c.pass(q, OutcomePass, "fwd=vary-miss; detail=vary-mismatch")
+			return c.varyMismatch(q, head)
 		}
 		streamed = true
 		status := fmt.Sprintf("fwd=%s; fwd-status=%d; stored", q.fwd, head.status)
@@ -342,6 +354,7 @@ func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.R
 			status = fmt.Sprintf("fwd=%s; collapsed", q.fwd)
 			c.rec.RecordRoute(q.route, OutcomeCollapsed)
 		} else {
+			head = s.leaderHead()
 			c.rec.RecordRoute(q.route, OutcomeMiss)
 		}
 		return c.respond(q, head, b, time.Now().UnixNano(), status), nil
@@ -369,7 +382,9 @@ func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.R
 
 // lead runs the fetch of a stream and settles the stream with its
 // outcome, unless the fetch already streamed or handed off a response.
-func (c *engine) lead(f *fetch, viaHerd bool) {
+// found is what the leading request found under the key and could not
+// use, if anything.
+func (c *engine) lead(f *fetch, found *entry, viaHerd bool) {
 	ctx := context.WithoutCancel(f.ctx)
 	var e *entry
 	var err error
@@ -381,6 +396,12 @@ func (c *engine) lead(f *fetch, viaHerd bool) {
 				break
 			}
 		}
+		// herd's soft expiry of an entry is set when it is stored, a little
+		// after herdSoft: just past herdSoft, herd may hand back the very
+		// response the request could not use.
+		if err == nil && !f.used.Load() && sameResponse(e, found) {
+			e, err = f.direct(ctx)
+		}
 	} else {
 		e, err = f.direct(ctx)
 	}
@@ -391,6 +412,25 @@ func (c *engine) lead(f *fetch, viaHerd bool) {
 		f.s.end(nil)
 	}
 	f.s.finish(e, err)
+}
+
+// varyMismatch answers q, which waited for a fetch whose response e
+// varies and does not match q: fetched for another request, or without
+// the fields it varies on (those that are not forwarded). q is looked up,
+// and if need be fetched and stored, under the variant key of its own
+// values, once; a second mismatch passes it to the origin.
+func (c *engine) varyMismatch(q *request, e *entry) (*http.Response, error) {
+	if q.restarts++; q.restarts > 1 || len(e.varyNames) == 0 {
+		return c.pass(q, OutcomePass, "fwd=vary-miss; detail=vary-mismatch")
+	}
+	return c.lookupVariant(q, e.varyNames)
+}
+
+// sameResponse reports whether a and b are one stored response: the
+// same entry, or copies of it (decoded from the shared tier).
+func sameResponse(a, b *entry) bool {
+	return a != nil && b != nil && a.kind == kindResponse && b.kind == kindResponse &&
+		a.reqTime == b.reqTime && a.respTime == b.respTime
 }
 
 // settled answers q with e, the entry its fetch ended in without
@@ -407,7 +447,7 @@ func (c *engine) settled(q *request, e *entry, own, revalidated bool) (*http.Res
 		return c.lookup(q)
 	}
 	if !c.matches(e, q.r) {
-		return c.pass(q, OutcomePass, "fwd=vary-miss; detail=vary-mismatch")
+		return c.varyMismatch(q, e)
 	}
 	// A response received after q arrived answers it, fresh or not: it is
 	// as recent as a fetch of q's own would have been.

@@ -86,15 +86,24 @@ func (cc cacheControl) has(name string) bool {
 // argument is not a value.
 func (cc cacheControl) seconds(name string) (time.Duration, bool) {
 	arg, ok := cc[name]
-	if !ok || arg == "" {
+	if !ok {
 		return 0, false
 	}
-	for _, c := range []byte(arg) {
+	return deltaSeconds(arg)
+}
+
+// deltaSeconds parses delta-seconds (RFC 9111 §1.2.2): one or more
+// digits; a value too large to represent is the largest one.
+func deltaSeconds(s string) (time.Duration, bool) {
+	if s == "" {
+		return 0, false
+	}
+	for _, c := range []byte(s) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
 	}
-	n, err := strconv.ParseInt(arg, 10, 64)
+	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n > maxDeltaSeconds {
 		n = maxDeltaSeconds // §1.2.2: overflow means 2^31 or more
 	}
@@ -159,15 +168,21 @@ func understood(code int) bool {
 	return code >= 200 && code < 600 && code != 206 && code != 304 && code != 101
 }
 
+// knownStatus reports whether code is one whose caching requirements
+// herdhttp knows (the final codes of RFC 9110 §15, 206 and 304 aside):
+// a response with must-understand is stored only then, and its no-store
+// is then ignored (RFC 9111 §5.2.2.3).
+func knownStatus(code int) bool {
+	switch {
+	case code >= 200 && code <= 205, code >= 300 && code <= 303, code == 307, code == 308,
+		code >= 400 && code <= 417, code == 421, code == 422, code == 426, code >= 500 && code <= 505:
+		return true
+	}
+	return false
+}
+
 // errorStatus reports whether an origin's answer lets a stale response be
 // served under stale-if-error (RFC 5861 §4).
 func errorStatus(code int) bool {
 	return code == 500 || code == 502 || code == 503 || code == 504
-}
-
-// parseHTTPDate parses an HTTP-date (RFC 9110 §5.6.7) in any of its three
-// forms.
-func parseHTTPDate(s string) (time.Time, bool) {
-	t, err := http.ParseTime(strings.TrimSpace(s))
-	return t, err == nil
 }

@@ -171,3 +171,27 @@ func TestAuthorization(t *testing.T) {
 		}
 	})
 }
+
+// The answer to the request that fetched a response carries every field
+// the origin sent, its own Set-Cookie and the fields a qualified private
+// or no-cache names among them; what is stored, and served to others,
+// carries none of those, but keeps the obsolete Set-Cookie2.
+func TestLeaderGetsEveryField(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, &herdhttp.Options{StoreSetCookie: true}, static("v",
+			`Cache-Control: max-age=60, no-cache="X-Other"`, "Set-Cookie: id=1", "Set-Cookie2: a=c", "X-Other: 1", "X-Kept: 2"))
+		r := f.mustGet("/a", 200, "v")
+		for k, want := range map[string]string{"Set-Cookie": "id=1", "Set-Cookie2": "a=c", "X-Other": "1", "X-Kept": "2"} {
+			if got := r.header.Get(k); got != want {
+				t.Errorf("the fetching request's answer has %s %q; want %q", k, got, want)
+			}
+		}
+		r = f.mustGet("/a", 200, "v")
+		f.wantCalls(1, "a hit")
+		for k, want := range map[string]string{"Set-Cookie": "", "Set-Cookie2": "a=c", "X-Other": "", "X-Kept": "2"} {
+			if got := r.header.Get(k); got != want {
+				t.Errorf("the hit has %s %q; want %q", k, got, want)
+			}
+		}
+	})
+}

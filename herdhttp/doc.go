@@ -21,20 +21,45 @@
 // the request fields it varies on (see below). The key must hold
 // everything a response depends on: two requests that may be answered
 // differently must never share a key, or one client is served another's
-// response. herdhttp sends the origin, on the fetches whose responses it
+// response.
+//
+// # Which request fields reach the origin
+//
+// By default herdhttp sends the origin, on the fetches whose responses it
 // may store, only the request fields that can be part of a key: Accept,
 // Accept-Encoding, Accept-Language, Authorization, Cookie, the KeyHeaders,
 // Options.ForwardHeaders and the fields the URL's responses vary on.
 // Any other field a client sends is dropped from those fetches, so it
-// cannot change a stored response (unkeyed-header poisoning); requests
-// passed to the origin uncached carry every end-to-end field.
+// cannot change a stored response (unkeyed-header poisoning). The cost:
+// the origin never sees such a field (a trace or request id, a field a
+// test harness counts requests by), and the first fetch of a URL whose
+// response varies on a field not forwarded is made without it; a request
+// that carries the field is then fetched again with it, and both
+// responses are stored.
+//
+// With Options.ForwardAllFields, those fetches carry every end-to-end
+// field of the client's request, as nginx, Varnish and most proxy caches
+// send them (RFC 9110 §7.6): the origin sees what the client sent, and
+// a response that varies is right the first time. The risk is the one
+// the default closes: a field outside the key and the Vary that the
+// origin reflects into a cacheable response (X-Forwarded-Host in a link,
+// a debug field that changes the page) lets one client poison that
+// response for every client until it expires. Use it in front of an
+// origin whose cacheable responses depend on nothing else.
+//
+// In both modes a fetch never carries the client's conditionals or
+// Range (it must bring a whole response), nor a hop-by-hop field; the
+// requests passed to the origin uncached carry every end-to-end field.
 //
 // # What is stored, and for how long (RFC 9111)
 //
 //   - GET responses with a status that is final and understood (not 206
 //     or 304) are stored when they give a freshness lifetime: s-maxage,
-//     then max-age, then Expires less Date (an invalid Expires is already
-//     expired). Without one, a response with a status cacheable by default
+//     then max-age, then Expires less Date. An Expires that does not
+//     follow the HTTP-date grammar to the character (a doubled space, a
+//     one-digit hour, a zone other than GMT; only the case of names is
+//     forgiven), or that is given more than once, is already expired
+//     (§5.3). Age counts by the first member of its first line. Without one, a response with a status cacheable by default
 //     (200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501) is fresh for
 //     Options.Heuristic of its age since Last-Modified, at most
 //     Options.HeuristicMax, and only when Heuristic is set.
@@ -45,12 +70,22 @@
 //     Options.StoreSetCookie, which stores the response without it), a
 //     status not stored, no freshness, a body over Options.MaxBodyBytes,
 //     and a response already stale on arrival that nothing lets be used.
+//     no-store with must-understand is stored when the status is one of
+//     RFC 9110's whose caching rules herdhttp follows; must-understand
+//     with any other status is not stored (§5.2.2.3).
 //     Requests to a key marked hit-for-pass go to the origin at once,
 //     uncollapsed; on every replica the mark is what the waiting requests
 //     get from the lease holder's notice.
-//   - Stored fields exclude hop-by-hop fields (and those Connection
-//     names), Set-Cookie, and the fields a qualified private or no-cache
-//     names. A response without Date gets the time it was received.
+//   - Stored fields are every field received but hop-by-hop fields (and
+//     those Connection names), Set-Cookie, and the fields a qualified
+//     private or no-cache names; the request that made the fetch is
+//     answered with all of them. A response without Date gets the time it
+//     was received.
+//   - A targeted field of Options.TargetedFields (RFC 9213), such as
+//     CDN-Cache-Control, which DefaultOptions obeys, replaces
+//     Cache-Control and Expires for this cache when it parses as a
+//     Structured Fields Dictionary; one that does not parse is ignored.
+//     Clients get it as the origin sent it.
 //   - Age is computed as §4.2.3 says, from the request and response times
 //     stored in the entry and the Date and Age the origin sent. Those times
 //     come from the clock of the replica that fetched; another replica
@@ -85,8 +120,9 @@
 //   - A stale response with an ETag or Last-Modified is revalidated with
 //     If-None-Match or If-Modified-Since; a 304 replaces the stored fields
 //     it carries (Content-Length aside) and the response's times. A
-//     response with a validator is kept Options.KeepForRevalidation past
-//     its freshness and stale windows to be revalidated so.
+//     response with a validator is kept Options.KeepForRevalidation (an
+//     hour in DefaultOptions) past its freshness and stale windows to be
+//     revalidated so, within the byte bound of the local tier.
 //   - An unsafe method (not GET, HEAD, OPTIONS or TRACE) answered with a
 //     status below 400 invalidates its target URI and the URIs of its
 //     Location and Content-Location on the same host (§4.4), variants
@@ -104,6 +140,10 @@
 //     Options.MaxBodyBytes, or announces it with Content-Length, marks its
 //     key hit-for-pass for the fleet at once; the requests already reading
 //     it read it to the end.
+//   - The informational (1xx) responses the origin sends before its
+//     answer, such as 103 Early Hints, are forwarded to the client whose
+//     request made the fetch (RFC 9110 §15.2), 100 Continue aside; they
+//     are never stored, and other clients never get them.
 //
 // # Stale responses (RFC 5861)
 //

@@ -71,19 +71,27 @@ func (c *engine) newFetch(q *request, s *stream) *fetch {
 	return f
 }
 
-// fillRequest is the GET a fetch for q sends: q's URL with only the
-// forwarded fields (see Options.ForwardHeaders), and the validators of
-// the stored response being revalidated.
+// fillRequest is the GET a fetch for q sends: q's URL with the forwarded
+// fields (see Options.ForwardHeaders and ForwardAllFields), and the
+// validators of the stored response being revalidated.
 func (c *engine) fillRequest(q *request) *http.Request {
 	r := q.r
 	out := r.Clone(context.Background())
 	out.Method = http.MethodGet
 	out.Body, out.ContentLength, out.GetBody = http.NoBody, 0, nil
 	out.TransferEncoding, out.Close, out.Trailer = nil, false, nil
-	out.Header = make(http.Header, len(c.forward)+len(q.names))
-	for k, vs := range r.Header {
-		if c.forward[k] || slices.Contains(q.names, k) {
-			out.Header[k] = slices.Clone(vs)
+	if c.o.ForwardAllFields {
+		out.Header = r.Header.Clone()
+		stripHopByHop(out.Header)
+		for _, k := range clientConditionals {
+			delete(out.Header, k)
+		}
+	} else {
+		out.Header = make(http.Header, len(c.forward)+len(q.names))
+		for k, vs := range r.Header {
+			if c.forward[k] || slices.Contains(q.names, k) {
+				out.Header[k] = slices.Clone(vs)
+			}
 		}
 	}
 	if old := q.old; old != nil {
@@ -96,6 +104,11 @@ func (c *engine) fillRequest(q *request) *http.Request {
 	}
 	return out
 }
+
+// clientConditionals are the request fields that would make the origin
+// answer a fill with less than a whole response to store (a 304, a 206,
+// a 412): they are the client's to the cache, never forwarded on a fill.
+var clientConditionals = []string{"If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range", "Range"}
 
 // result is what a fetch ended in: an entry to store for soft and hard
 // (store false: serve it, store nothing), or an error.
@@ -199,7 +212,10 @@ func (f *fetch) passOn(resp *http.Response, reason string, now int64) result {
 // short is an error: nothing is stored.
 func (f *fetch) receive(e *entry, resp *http.Response, now int64) result {
 	c := f.c
-	if f.s != nil && !f.s.start(e) {
+	own := *e // the leader's answer: every end-to-end field
+	own.header = resp.Header.Clone()
+	stripHopByHop(own.header)
+	if f.s != nil && !f.s.start(e, &own) {
 		f.s = nil
 	}
 	limit := c.o.MaxBodyBytes

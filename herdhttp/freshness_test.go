@@ -171,3 +171,50 @@ func TestHopByHop(t *testing.T) {
 		f.wantCalls(1, "after a miss and a hit")
 	})
 }
+
+// An Expires that bends the HTTP-date grammar, or is given twice, counts
+// as already expired (RFC 9111 §5.3): the response is not reused.
+func TestExpiresInvalid(t *testing.T) {
+	for _, lines := range [][]string{
+		{"Thu, 18  Aug  2050 02:01:18 GMT"},
+		{"Thu, 18 Aug 2050 2:01:18 GMT"},
+		{"Thu, 18 Aug 2050 02:01:18 UTC"},
+		{"Thu, 18 Aug 2050 02:01:18 GMT", "Thu, 18 Aug 2050 02:01:19 GMT"},
+	} {
+		t.Run(strings.Join(lines, " + "), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, nil, func(w http.ResponseWriter, r *http.Request) {
+					w.Header()["Expires"] = lines
+					w.Write([]byte("v"))
+				})
+				f.mustGet("/a", 200, "v")
+				f.mustGet("/a", 200, "v")
+				f.wantCalls(2, "two requests")
+			})
+		})
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil, static("v", "Expires: Thu, 18 Aug 2050 02:01:18 gMT"))
+		f.mustGet("/a", 200, "v")
+		f.mustGet("/a", 200, "v")
+		f.wantCalls(1, "a valid Expires in another case")
+	})
+}
+
+// Age holding a list counts by its first member: "7200, 0" makes a
+// max-age=3600 response stale on arrival.
+func TestAgeList(t *testing.T) {
+	for _, tc := range []struct {
+		age   string
+		calls int64
+	}{{"7200, 0", 2}, {"0, 7200", 1}} {
+		t.Run(tc.age, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, nil, static("v", "Cache-Control: max-age=3600", "Age: "+tc.age))
+				f.mustGet("/a", 200, "v")
+				f.mustGet("/a", 200, "v")
+				f.wantCalls(tc.calls, "two requests")
+			})
+		})
+	}
+}

@@ -3,6 +3,7 @@ module github.com/herdcache/herd/herdhttp
 go 1.26.0
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/google/go-cmp v0.7.0
 	github.com/herdcache/herd v0.1.0
 	github.com/herdcache/herd/redisstore v0.1.0

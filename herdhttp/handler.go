@@ -22,9 +22,10 @@ type Handler struct {
 // Middleware returns a Handler that answers requests from the cache and
 // passes what it cannot answer to next. The requests next is given to
 // fill the cache carry only the forwarded fields (see
-// Options.ForwardHeaders); next must not keep the request's Body or the
-// ResponseWriter past its return. Invalid options give an error starting
-// with "herdhttp: ".
+// Options.ForwardHeaders and ForwardAllFields); next must not keep the
+// request's Body or the ResponseWriter past its return. A 1xx status it
+// writes before its answer reaches the client that made the fetch.
+// Invalid options give an error starting with "herdhttp: ".
 func Middleware(next http.Handler, o *Options) (*Handler, error) {
 	if next == nil {
 		return nil, errors.New("herdhttp: Middleware needs a handler")
@@ -63,9 +64,13 @@ func newProxy(upstream *url.URL, rt http.RoundTripper, o *Options) (*Handler, er
 
 // ServeHTTP answers r from the cache, or from the origin through it. An
 // error the cache cannot answer otherwise is a 502; a client that went
-// away gets nothing.
+// away gets nothing. The informational (1xx) responses the origin sends
+// before the answer to the request's own fetch, such as 103 Early Hints,
+// are forwarded to the client; they are never stored.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r, stopInterim := withInterim(w, r)
 	resp, err := h.e.roundTrip(r)
+	stopInterim()
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client is gone
@@ -236,7 +241,8 @@ func (w *pipeWriter) Header() http.Header { return w.h }
 
 func (w *pipeWriter) WriteHeader(code int) {
 	if code < 200 && code != http.StatusSwitchingProtocols {
-		return // informational: not forwarded
+		sendInterim(w.req.Context(), code, w.h)
+		return
 	}
 	w.once.Do(func() {
 		w.code, w.sent = code, w.h.Clone()

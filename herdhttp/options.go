@@ -64,11 +64,24 @@ type Options struct {
 	// ForwardHeaders are request fields forwarded on the fetches whose
 	// responses may be stored, besides Accept, Accept-Encoding,
 	// Accept-Language, Authorization, Cookie, the KeyHeaders and the
-	// fields the URL's stored responses vary on. No other field of a
-	// client's request reaches the origin on such a fetch, so none can
-	// change a stored response (unkeyed-header poisoning). Requests that
-	// are passed to the origin uncached carry every end-to-end field.
+	// fields the URL's stored responses vary on. Unless ForwardAllFields
+	// is set, no other field of a client's request reaches the origin on
+	// such a fetch, so none can change a stored response (unkeyed-header
+	// poisoning). Requests that are passed to the origin uncached carry
+	// every end-to-end field.
 	ForwardHeaders []string
+	// ForwardAllFields makes the fetches whose responses may be stored
+	// carry every end-to-end field of the client's request, its
+	// conditionals and Range aside, as most proxy caches do (RFC 9110
+	// §7.6), instead of the fields ForwardHeaders describes. The origin
+	// then sees what the client sent, but a field that is neither in the
+	// key nor named by Vary can change a response that every client is
+	// then served: an origin that reflects such a field (X-Forwarded-Host,
+	// X-Original-URL, a debug header) into a cacheable page lets any
+	// client poison that page for all (unkeyed-header poisoning). Set it
+	// only for an origin whose cacheable responses depend on nothing
+	// outside the key and their Vary.
+	ForwardAllFields bool
 	// MaxVariants is how many responses that vary (Vary) are stored per
 	// URL at most. Zero means 16.
 	MaxVariants int
@@ -84,8 +97,23 @@ type Options struct {
 	// KeepForRevalidation is how long past its freshness (and its stale
 	// windows) a response with a validator (ETag or Last-Modified) is kept,
 	// to be revalidated with a conditional request rather than fetched
-	// again. Zero means not at all.
+	// again: a 304 then refreshes it, its body never sent twice. Such
+	// responses count against MaxBytes like any other and are evicted
+	// first by it when they are not used. Zero means not at all: a stale
+	// response is dropped and fetched again whole. DefaultOptions keeps
+	// them an hour.
 	KeepForRevalidation time.Duration
+	// TargetedFields are the targeted cache-control fields (RFC 9213)
+	// that this cache obeys, most specific first, such as
+	// "CDN-Cache-Control", or a field of its own name that only this
+	// fleet reads. The first of them that a response carries, and that
+	// parses as a Structured Fields Dictionary, gives its cache
+	// directives in place of its Cache-Control and Expires; the response
+	// still carries every one of those fields downstream. Nil means none:
+	// Cache-Control and Expires alone. DefaultOptions obeys
+	// CDN-Cache-Control, as a cache run by or for the origin, a gateway
+	// or CDN, may.
+	TargetedFields []string
 	// RequestCacheControl makes the cache honour the Cache-Control of
 	// requests: no-store and no-cache send the request to the origin (the
 	// latter storing the response), max-age, min-fresh and max-stale bound
@@ -120,10 +148,15 @@ type Options struct {
 }
 
 // DefaultOptions returns the recommended settings: a 64 MiB local tier,
-// bodies stored up to 1 MiB, 16 variants per URL, hit-for-pass for
-// 30 s, no heuristic freshness and request Cache-Control ignored.
+// bodies stored up to 1 MiB, 16 variants per URL, responses with a
+// validator kept an hour past their freshness to be revalidated,
+// CDN-Cache-Control obeyed, hit-for-pass for 30 s, no heuristic freshness, request Cache-Control
+// ignored and only the keyed request fields forwarded.
 func DefaultOptions() *Options {
-	return &Options{}
+	return &Options{
+		KeepForRevalidation: defaultKeepForRevalidation,
+		TargetedFields:      []string{"CDN-Cache-Control"},
+	}
 }
 
 // Defaults the zero values stand for.
@@ -137,6 +170,8 @@ const (
 	defaultHeuristicMax = 24 * time.Hour
 	defaultPassTTL      = 30 * time.Second
 	defaultErrorBackoff = time.Second
+	// defaultKeepForRevalidation is DefaultOptions' KeepForRevalidation.
+	defaultKeepForRevalidation = time.Hour
 	// errorPassTTL bounds the hit-for-pass of an origin error.
 	errorPassTTL = time.Second
 )
@@ -188,6 +223,11 @@ func (o *Options) validate() (config, error) {
 	for _, h := range o.KeyHeaders {
 		if h == "" {
 			bad("KeyHeaders holds an empty field name")
+		}
+	}
+	for _, h := range o.TargetedFields {
+		if h == "" {
+			bad("TargetedFields holds an empty field name")
 		}
 	}
 	mux := http.NewServeMux()

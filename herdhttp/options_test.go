@@ -26,6 +26,7 @@ func TestOptionsErrors(t *testing.T) {
 		{LeaseTTL: herd.MaxTTL + 1},
 		{Lease: memory.New()},
 		{KeyHeaders: []string{""}},
+		{TargetedFields: []string{""}},
 		{Routes: []string{"GET /a/{x"}},
 		{Routes: []string{"/a", "/a"}},
 	} {

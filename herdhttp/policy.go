@@ -2,7 +2,6 @@ package herdhttp
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -11,12 +10,14 @@ import (
 // stored (RFC 9111 §3) and, when it may, returns the entry to store it
 // as, without its body; otherwise it returns why not.
 func (c *engine) describe(f *fetch, resp *http.Response, reqTime, respTime int64) (*entry, string) {
-	cc := parseCacheControl(resp.Header)
+	cc, targeted := responseDirectives(resp.Header, c.o.TargetedFields)
 	names, star := varyNames(resp.Header)
 	switch {
 	case !understood(resp.StatusCode):
 		return nil, "status"
-	case cc.has("no-store"):
+	case cc.has("must-understand") && !knownStatus(resp.StatusCode):
+		return nil, "must-understand" // §5.2.2.3
+	case cc.has("no-store") && !cc.has("must-understand"):
 		return nil, "no-store"
 	case cc.has("private") && cc.fields("private") == nil:
 		return nil, "private"
@@ -31,7 +32,7 @@ func (c *engine) describe(f *fetch, resp *http.Response, reqTime, respTime int64
 	}
 	e := &entry{kind: kindResponse, status: resp.StatusCode, reqTime: reqTime, respTime: respTime}
 	e.header = cleanHeader(resp.Header, cc)
-	c.timing(e, cc, respTime)
+	c.timing(e, cc, targeted, respTime)
 	if e.lifetime < 0 && defaultCacheable[e.status] && e.keep > 0 && e.validator() {
 		e.lifetime = 0 // stale at once: stored to be revalidated
 	}
@@ -50,9 +51,10 @@ func (c *engine) describe(f *fetch, resp *http.Response, reqTime, respTime int64
 }
 
 // timing sets e's Date, Age, freshness lifetime, stale windows and flags
-// from its fields (cc is their Cache-Control); a lifetime of -1 means the
-// response gives no freshness and none may be inferred.
-func (c *engine) timing(e *entry, cc cacheControl, respTime int64) {
+// from its fields (cc is their cache directives, from a targeted field
+// when targeted); a lifetime of -1 means the response gives no freshness
+// and none may be inferred.
+func (c *engine) timing(e *entry, cc cacheControl, targeted bool, respTime int64) {
 	if t, ok := parseHTTPDate(e.header.Get("Date")); ok {
 		e.dateValue = t.UnixNano()
 	} else {
@@ -60,10 +62,7 @@ func (c *engine) timing(e *entry, cc cacheControl, respTime int64) {
 		e.dateValue = respTime
 		e.header.Set("Date", time.Unix(0, respTime).UTC().Format(http.TimeFormat))
 	}
-	e.ageValue = 0
-	if a, err := strconv.ParseInt(strings.TrimSpace(e.header.Get("Age")), 10, 64); err == nil && a >= 0 {
-		e.ageValue = time.Duration(min(a, maxDeltaSeconds)) * time.Second
-	}
+	e.ageValue = ageValue(e.header)
 	e.flags = 0
 	if cc.has("must-revalidate") || cc.has("proxy-revalidate") {
 		e.flags |= flagMustRevalidate
@@ -74,23 +73,24 @@ func (c *engine) timing(e *entry, cc cacheControl, respTime int64) {
 	e.swr, _ = cc.seconds("stale-while-revalidate")
 	e.sie, _ = cc.seconds("stale-if-error")
 	e.keep = c.o.KeepForRevalidation
-	e.lifetime = c.lifetime(e, cc)
+	e.lifetime = c.lifetime(e, cc, targeted)
 }
 
 // lifetime is the freshness lifetime of §4.2.1: s-maxage, then max-age,
-// then Expires less Date (an invalid Expires means already expired), then
-// the heuristic of §4.2.2 when configured; -1 when none applies.
-func (c *engine) lifetime(e *entry, cc cacheControl) time.Duration {
+// then Expires less Date (an invalid Expires means already expired)
+// unless the directives come from a targeted field, then the heuristic of
+// §4.2.2 when configured; -1 when none applies.
+func (c *engine) lifetime(e *entry, cc cacheControl, targeted bool) time.Duration {
 	if d, ok := cc.seconds("s-maxage"); ok {
 		return d
 	}
 	if d, ok := cc.seconds("max-age"); ok {
 		return d
 	}
-	if vs := e.header.Values("Expires"); len(vs) > 0 {
+	if vs := e.header.Values("Expires"); len(vs) > 0 && !targeted {
 		t, ok := parseHTTPDate(vs[0])
-		if !ok {
-			return 0
+		if !ok || len(vs) > 1 {
+			return 0 // §5.3: invalid, and a list of dates is not a date
 		}
 		return max(time.Duration(t.UnixNano()-e.dateValue), 0)
 	}
@@ -103,9 +103,23 @@ func (c *engine) lifetime(e *entry, cc cacheControl) time.Duration {
 	return -1
 }
 
-// cleanHeader copies the fields of a response to store: no hop-by-hop
-// fields, none that a qualified private or no-cache names (they may not
-// be reused), no Set-Cookie.
+// ageValue is the Age field of h (RFC 9111 §5.1): the first member of
+// its first line, when that is delta-seconds; 0 when there is none or it
+// is invalid. A value too large to represent is the largest one.
+func ageValue(h http.Header) time.Duration {
+	vs := h.Values("Age")
+	if len(vs) == 0 {
+		return 0
+	}
+	first, _, _ := strings.Cut(vs[0], ",")
+	d, _ := deltaSeconds(strings.TrimSpace(first))
+	return d
+}
+
+// cleanHeader copies the fields of a response to store: every field but
+// the hop-by-hop ones, those that a qualified private or no-cache names
+// (they may not be reused) and Set-Cookie (a client's own). Set-Cookie2,
+// obsolete since RFC 6265 and acted on by no user agent, is kept.
 func cleanHeader(h http.Header, cc cacheControl) http.Header {
 	out := h.Clone()
 	stripHopByHop(out)
@@ -116,7 +130,6 @@ func cleanHeader(h http.Header, cc cacheControl) http.Header {
 		out.Del(f)
 	}
 	out.Del("Set-Cookie")
-	out.Del("Set-Cookie2")
 	return out
 }
 
@@ -135,14 +148,14 @@ func (c *engine) refreshed(e *entry, h http.Header, reqTime, respTime int64) *en
 		n.header[k] = vs
 	}
 	n.reqTime, n.respTime = reqTime, respTime
-	cc := parseCacheControl(n.header)
+	cc, targeted := responseDirectives(n.header, c.o.TargetedFields)
 	for _, f := range cc.fields("private") {
 		n.header.Del(f)
 	}
 	for _, f := range cc.fields("no-cache") {
 		n.header.Del(f)
 	}
-	c.timing(&n, cc, respTime)
+	c.timing(&n, cc, targeted, respTime)
 	if n.lifetime < 0 {
 		n.lifetime = 0
 	}

@@ -89,12 +89,16 @@ type stream struct {
 	// waiting: a response for it alone is then closed, not handed off.
 	leaderGone bool
 
-	// streaming: e holds the status and fields (no body); buf the body
-	// from byte base on. Until overflow every byte is kept, so a reader
+	// streaming: e holds the status and the fields stored, own the same
+	// with every end-to-end field the origin sent, for the leader, whose
+	// answer it is (Set-Cookie, fields no-cache or private names); the
+	// body of neither is read. buf holds the body from byte base on.
+	// Until overflow every byte is kept, so a reader
 	// may join at any point; after it, no reader joins and bytes every
 	// reader has read are dropped. limit bounds buf after overflow: the
 	// writer waits for slow readers rather than hold more.
 	e        *entry
+	own      *entry
 	buf      []byte
 	base     int64
 	ended    bool
@@ -172,15 +176,16 @@ func (s *stream) wait(ctx context.Context) (streamState, error) {
 	return st, nil
 }
 
-// start makes the stream stream e's body as it arrives; it reports false
-// when the stream had already been settled otherwise.
-func (s *stream) start(e *entry) bool {
+// start makes the stream stream e's body as it arrives, own being e with
+// the fields of the leader's answer; it reports false when the stream had
+// already been settled otherwise.
+func (s *stream) start(e, own *entry) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != waiting {
 		return false
 	}
-	s.state, s.e = streaming, e
+	s.state, s.e, s.own = streaming, e, own
 	s.notify()
 	return true
 }
@@ -277,6 +282,14 @@ func (s *stream) finish(e *entry, err error) {
 	}
 	s.state, s.e, s.err = finished, e, err
 	s.notify()
+}
+
+// leaderHead returns the head of a streaming stream as the leader
+// answers with it: with every field the origin sent.
+func (s *stream) leaderHead() *entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.own
 }
 
 // result returns the entry and error of a finished stream, or the

@@ -36,22 +36,38 @@ func TestVaryAcceptEncoding(t *testing.T) {
 
 // A field a response varies on that is not forwarded on fetches is not
 // sent on the URL's first fetch (its Vary is not known yet): the response
-// stored is the one for requests without the field, and a request with it
-// goes to the origin; once the Vary is known, the field is forwarded.
+// stored is the one for requests without the field, and a request with
+// it is fetched once more, the field forwarded, and that response stored
+// for its value too. With ForwardAllFields the first fetch carries the
+// field and is the only one.
 func TestVaryOnUnforwardedField(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, nil, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Cache-Control", "max-age=60")
-			w.Header().Set("Vary", "X-V")
-			fmt.Fprintf(w, "for %q", r.Header.Get("X-V"))
+	for _, all := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ForwardAllFields %v", all), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				o := herdhttp.DefaultOptions()
+				o.ForwardAllFields = all
+				f := newFixture(t, o, func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Cache-Control", "max-age=60")
+					w.Header().Set("Vary", "X-V")
+					fmt.Fprintf(w, "for %q", r.Header.Get("X-V"))
+				})
+				first := int64(2)
+				if all {
+					first = 1
+				}
+				f.mustGet("/a", 200, `for "1"`, "X-V: 1")
+				f.wantCalls(first, "the first request")
+				r := f.mustGet("/a", 200, `for "1"`, "X-V: 1")
+				f.wantCalls(first, "the first request's value again")
+				if !strings.HasPrefix(r.cacheStatus(), "herd; hit") {
+					t.Errorf("Cache-Status %q; want a hit", r.cacheStatus())
+				}
+				f.mustGet("/a", 200, `for "2"`, "X-V: 2")
+				f.mustGet("/a", 200, `for "2"`, "X-V: 2")
+				f.wantCalls(first+1, "once the Vary is known")
+			})
 		})
-		f.mustGet("/a", 200, `for "1"`, "X-V: 1")
-		f.wantCalls(2, "the first request")
-		f.mustGet("/a", 200, `for ""`)
-		f.mustGet("/a", 200, `for "2"`, "X-V: 2")
-		f.mustGet("/a", 200, `for "2"`, "X-V: 2")
-		f.wantCalls(3, "once the Vary is known")
-	})
+	}
 }
 
 // A URL stores at most MaxVariants variants: with two, a round of ten

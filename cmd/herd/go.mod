@@ -12,6 +12,8 @@ require (
 	golang.org/x/term v0.44.0
 )
 
+require github.com/dunglas/httpsfv v1.1.2 // indirect
+
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/herdcache/herd/herdhttp v0.1.0

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,7 +18,7 @@ import (
 	"github.com/herdcache/herd/redisstore"
 )
 
-const proxyUsage = `Usage: herd proxy --upstream URL [--listen ADDR] [--redis ADDR]
+const proxyUsage = `Usage: herd proxy --upstream URL [--listen ADDR] [--redis ADDR] [--forward-fields MODE]
 
 Runs a caching reverse proxy in front of the HTTP service at URL: a shared
 cache as RFC 9111 describes it, with stale-while-revalidate and
@@ -33,6 +34,21 @@ Flags:
   --listen ADDR    the address to serve on (default 127.0.0.1:8081)
   --redis ADDR     a Redis shared by the replicas (default: none, the
                    proxy's own memory only)
+  --forward-fields MODE
+                   which fields of a client's request reach the service on
+                   the requests whose answers may be stored (default keyed):
+                   keyed   only those the cache keys on: Accept,
+                           Accept-Encoding, Accept-Language, Authorization,
+                           Cookie and the fields a URL's answers Vary on;
+                           no other field can change a stored answer
+                   all     every end-to-end field, as most proxy caches
+                           send; a field the service reflects into a
+                           cacheable answer (X-Forwarded-Host, say) lets
+                           one client poison that answer for every client
+                   NAMES   the keyed fields and these, comma-separated
+                           (e.g. X-Request-Id,Traceparent)
+                   Requests passed to the service uncached carry every
+                   end-to-end field in every mode.
 `
 
 // proxyTimeout bounds the Redis check at start and the shutdown.
@@ -45,6 +61,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	upstream := fs.String("upstream", "", "")
 	listen := fs.String("listen", "127.0.0.1:8081", "")
 	redisAddr := fs.String("redis", "", "")
+	forward := fs.String("forward-fields", "keyed", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, proxyUsage)
@@ -63,6 +80,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	o := herdhttp.DefaultOptions()
+	if err := setForward(o, *forward); err != nil {
+		fmt.Fprintf(stderr, "herd proxy: %v\n\n%s", err, proxyUsage)
+		return exitUsage
+	}
 	if *redisAddr != "" {
 		redis.SetLogger(quietRedis{}) // the error below says what went wrong
 		client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{*redisAddr}})
@@ -112,6 +133,39 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFail
 	}
 	return exitOK
+}
+
+// setForward sets o's forwarding of request fields from the value of
+// --forward-fields.
+func setForward(o *herdhttp.Options, mode string) error {
+	switch mode {
+	case "keyed":
+		return nil
+	case "all":
+		o.ForwardAllFields = true
+		return nil
+	}
+	for name := range strings.SplitSeq(mode, ",") {
+		name = strings.TrimSpace(name)
+		if !validFieldName(name) {
+			return fmt.Errorf("--forward-fields needs keyed, all or field names separated by commas, got %q", mode)
+		}
+		o.ForwardHeaders = append(o.ForwardHeaders, name)
+	}
+	return nil
+}
+
+// validFieldName reports whether s is a field name: a token (RFC 9110 §5.1).
+func validFieldName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // quietRedis drops go-redis's own log lines (pool dial errors).

@@ -192,6 +192,45 @@ func TestProxyFleetOverRedis(t *testing.T) {
 	}
 }
 
+// TestProxyForwardFields checks what each --forward-fields mode lets
+// reach the service on a fetch whose answer is stored: keyed, none of a
+// client's own fields; all, every one; a list, those named.
+func TestProxyForwardFields(t *testing.T) {
+	for _, tc := range []struct {
+		mode        string
+		trace, more bool
+	}{{"keyed", false, false}, {"all", true, true}, {"X-Trace", true, false}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			seen := make(chan http.Header, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen <- r.Header.Clone()
+				w.Header().Set("Cache-Control", "max-age=60")
+				io.WriteString(w, "page")
+			}))
+			t.Cleanup(srv.Close)
+			base := startProxy(t, "--upstream", srv.URL, "--forward-fields", tc.mode)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/a", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Trace", "t1")
+			req.Header.Set("X-More", "m1")
+			resp, err := proxyClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			h := <-seen
+			if got := h.Get("X-Trace") == "t1"; got != tc.trace {
+				t.Errorf("the service got X-Trace: %v, want %v", got, tc.trace)
+			}
+			if got := h.Get("X-More") == "m1"; got != tc.more {
+				t.Errorf("the service got X-More: %v, want %v", got, tc.more)
+			}
+		})
+	}
+}
+
 // TestProxyBadCommandLines checks that a bad command line exits 2 with a
 // clear message, and that an unreachable Redis exits 1 with one line
 // that says so.
@@ -202,6 +241,9 @@ func TestProxyBadCommandLines(t *testing.T) {
 		{"proxy", "--upstream", "/relative"},
 		{"proxy", "--upstream", "http://127.0.0.1:1", "extra"},
 		{"proxy", "--nope"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--forward-fields", ""},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--forward-fields", "X-A,,X-B"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--forward-fields", "X A"},
 	} {
 		code, stdout, stderr := herd(t, args...)
 		if code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, "herd proxy: ") {
