@@ -278,7 +278,7 @@ func TestWithCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := h.take()
-		want := []string{"refresh-failed " + herd.RedactKey(key) + " origin down", "breaker-opened  ", "breaker-closed  "}
+		want := []string{"refresh-failed " + herd.RedactKey(key) + " origin down", `breaker-opened  memory: load "other": connection refused`, "breaker-closed  "}
 		levels := []slog.Level{slog.LevelWarn, slog.LevelWarn, slog.LevelInfo}
 		if len(got) != len(want) {
 			t.Fatalf("logged %v; want %v", got, want)
