@@ -446,3 +446,53 @@ func TestFleetNoAttemptBetweenCompletionAndNotice(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// A refresh shed by the limiter keeps its back-off and its turn at High
+// priority though NearTTL has the replica re-read its stale copy from the
+// Store (a new entry each time): the copy of the same value takes over what
+// the limiter's refusal taught. Before the middle of the stale window a
+// refresh is shed once per back-off (RetryAfter, a second), not once per
+// read; past it, the refresh takes a slot at High priority, the reserved
+// one, while the cold miss still holds the other.
+func TestShedRefreshSurvivesReRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		l := limLimiter(t, limiter.Options{Limit: 2, Reserve: 1})
+		c := fleetReplica(t, r, func(o *herd.Options[int]) { o.Limiter = l })
+		fleetMustGet(t, c, "k", fleetValue(1), 1)
+		synctest.Wait() // the write-back lands
+		time.Sleep(fleetSoft + time.Second)
+
+		// A cold miss holds the one slot outside the reserve.
+		g := newLimGate(t)
+		cold := limGetAsync(t.Context(), c, "cold", g.load("cold", 10, true))
+		synctest.Wait()
+		var refreshes atomic.Int64
+		refresh := func(context.Context) (int, error) {
+			refreshes.Add(1)
+			return 2, nil
+		}
+		mid := time.Now().Add((fleetHard - fleetSoft) / 2)
+		reads := 0
+		for time.Now().Before(mid.Add(-time.Second)) {
+			fleetMustGet(t, c, "k", refresh, 1)
+			synctest.Wait()
+			time.Sleep(fleetNear / 4) // each NearTTL, the copy is read again
+			reads++
+		}
+		if n := l.Stats().ShedReserve; n < 1 || n > 5 {
+			t.Errorf("refreshes shed in %d reads over 4s before the middle of the stale window: %d, want 1 to 5", reads, n)
+		}
+		time.Sleep(time.Until(mid))
+		fleetMustGet(t, c, "k", refresh, 1)
+		synctest.Wait()
+		if n := refreshes.Load(); n != 1 || l.InUse() != 1 {
+			t.Errorf("past the middle of the stale window: k refreshed %d times, %d slots held; want 1 and 1 (cold's)", n, l.InUse())
+		}
+		fleetMustGet(t, c, "k", nil, 2)
+		g.open()
+		if res := <-cold; res.err != nil {
+			t.Fatalf("Get(cold): %v", res.err)
+		}
+	})
+}

@@ -176,8 +176,12 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 		return true // put already, by a caller that shared its read
 	case ok && !write && cur.newerThan(e):
 		return false // a read of the Store that began before a refresh here landed
-	case ok && cur.soft == e.soft && cur.read.Load():
-		e.read.Store(true) // the same value read again: it was read
+	case ok && cur.soft == e.soft:
+		// The same value read again: it was read if cur was, and a refresh
+		// of cur that failed or was shed holds for it too.
+		e.read.Store(e.read.Load() || cur.read.Load())
+		e.retryAt.Store(max(e.retryAt.Load(), cur.retryAt.Load()))
+		e.shed.Store(e.shed.Load() || cur.shed.Load())
 	}
 	s.puts++
 	if write {

@@ -573,21 +573,24 @@ func (b *batchFill[V]) loadAll(ctx context.Context, loads []pendingLoad[V]) {
 }
 
 // loadChunk makes one call of the batch loader, under one limiter slot,
-// for chunk. When the batch makes several (guarded), a call that panics or
+// for chunk. The slot is given back when the call returns, before the
+// write-back: the limiter guards the backing store, and an adaptive one
+// takes the time a slot is held for the store's latency. When the batch makes several (guarded), a call that panics or
 // calls runtime.Goexit fails the keys of chunk only, and the batch's other
 // calls still run; a batch's only call panics into its flights, as a Get's
 // load does.
 func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V], guarded bool) {
 	c := b.c
+	release := func() {}
 	if !b.refresh {
-		release, err := chunk[0].f.takeSlot(ctx)
+		r, err := chunk[0].f.takeSlot(ctx)
 		if err != nil {
 			for _, p := range chunk {
 				b.failed(ctx, p, err)
 			}
 			return
 		}
-		defer release()
+		release = r
 	}
 	keys := make([]string, len(chunk))
 	for i, p := range chunk {
@@ -599,6 +602,7 @@ func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V], gu
 		ds    *batchDirectives
 	)
 	call := func() (err error) {
+		defer release() // when the load returns, or panics
 		vals, delta, ds, err = c.runBatchLoad(ctx, keys, b.load, b.refresh)
 		return err
 	}

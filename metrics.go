@@ -27,8 +27,9 @@ type Recorder interface {
 	// otherwise.
 	RecordLease(e LeaseEvent, wait time.Duration)
 	// RecordShed is called when the limiter refuses a load, with the
-	// limiter's reason (limiter.ReasonQueueTimeout, ReasonQueueFull or
-	// ReasonReserve); background says whether it was a refresh.
+	// limiter's reason (limiter.ReasonQueueTimeout, ReasonQueueFull,
+	// ReasonReserve or ReasonLatency); background says whether it was a
+	// refresh.
 	RecordShed(reason string, background bool)
 }
 

@@ -338,3 +338,52 @@ func TestHistogramBoundsAreCopied(t *testing.T) {
 		t.Errorf("after changing one snapshot's bounds, another's first bound is %v and a new one's %v, want %v", b.Bounds[0], got, want)
 	}
 }
+
+// A background refresh the limiter sheds because the store is slow reaches
+// the Recorder with the reason latency, not reserve: the cache passes on
+// the limiter's own reason.
+func TestRecorderShedRefreshByLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		l, err := limiter.New(limiter.Options{Limit: 8, ShedLatency: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := testOptions()
+		o.Limiter, o.Recorder = l, rec
+		c := newCache(t, o)
+		mustGet(t, c, "s", fleetValue(1), 1)
+
+		// A window's worth of loads (8) of 100ms: the store's latency is
+		// measured above ShedLatency.
+		slow := func(ctx context.Context) (int, error) {
+			time.Sleep(100 * time.Millisecond)
+			return 2, nil
+		}
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() { mustGet(t, c, fmt.Sprint("w", i), slow, 2) })
+		}
+		wg.Wait()
+		if got := l.Stats().Latency; got <= 50*time.Millisecond {
+			t.Fatalf("limiter Latency = %v, want it above ShedLatency (50ms)", got)
+		}
+		// One more slow load in the store, held past ShedLatency.
+		gate := make(chan struct{})
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			c.Get(context.Background(), "held", func(context.Context) (int, error) { <-gate; return 3, nil })
+		}()
+		time.Sleep(testSoft + time.Second) // s is stale; held has been loading since
+		mustGet(t, c, "s", fleetValue(4), 1)
+		synctest.Wait()
+		close(gate)
+		<-held
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if want := []string{limiter.ReasonLatency + " background"}; !slices.Equal(rec.shed, want) {
+			t.Errorf("RecordShed calls %q, want %q", rec.shed, want)
+		}
+	})
+}

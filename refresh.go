@@ -194,10 +194,14 @@ func (c *Cache[V]) refreshSlot(ctx context.Context, old *entry[V]) (release func
 	if old.shed.Load() && now >= old.midStale() {
 		return c.urgentSlot(ctx, l, old)
 	}
-	if l.TryAcquireBackground() {
+	err := l.AcquireBackground()
+	if err == nil {
 		return l.Release, true
 	}
-	c.shed(limiter.ReasonReserve, true)
+	var oe *limiter.OverloadError
+	if errors.As(err, &oe) {
+		c.shed(oe.Reason, true)
+	}
 	old.shed.Store(true)
 	old.retryAt.Store(min(addTime(now, max(c.cfg.RefreshBackoff, l.RetryAfter())), old.midStale()))
 	return nil, false

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -9,45 +10,60 @@ import (
 // fast call moves its mean by a fifth at most.
 const minWindow = 5
 
-// tolerance is how far above the no-load latency a window's latency may be
-// while the adaptive limit still grows: up to 25% of queueing at the store.
-const tolerance = 1.25
+// relearn is how many windows in a row the filtered latency must stay
+// above twice the no-load latency before the store is taken to have become
+// slower by itself.
+const relearn = 4
+
+// queued returns how many calls of a limit may wait inside the store while
+// the limit still grows: max(2, √limit).
+func queued(limit float64) float64 { return max(2, math.Sqrt(limit)) }
 
 // estimator measures the store's latency over windows of released slots and
-// adapts the limit from it. It is guarded by the Limiter's mu.
+// adapts the limit from it, the way TCP Vegas does. It is guarded by the
+// Limiter's mu.
 //
 // Release carries no token, so a released slot is paired with the oldest
 // slot held: its latency is the time since that slot was taken. When calls
 // finish in the order they started this is each call's latency; otherwise
-// a window's mean is off by at most the age of the oldest held slot over
-// the window's releases, and over any span that starts and ends with no
-// slot held the latencies sum exactly to the true ones.
+// a window's sum is off by the difference between what the pairing lacks
+// at the window's start and at its end, as often positive as negative, and
+// over any span that starts and ends with no slot held it is exact.
 //
-// A window counts only the slots taken since it began, so that it measures
-// the limit it was opened with, and closes at the release that makes it
-// max(minWindow, limit/2) releases long. At its close,
-// with rtt its mean latency, peak the most slots held at once in it and d
-// the no-load estimate:
-//   - d becomes rtt if rtt is lower (d is the lowest latency seen);
-//   - if rtt <= tolerance*d the store is not queueing: when at least half
-//     the limit was held at some instant of the window, the limit grows by
-//     its square root (a window short of calls says nothing of capacity);
-//   - otherwise the store queues: the limit becomes min(limit, peak)*d/rtt,
-//     the concurrency that gives the no-load latency if latency grows in
-//     proportion to concurrency, but at least half the limit;
-//   - when the limit is already at its floor and rtt is still above
-//     tolerance*d, the store has become slower by itself, not from these
-//     calls: d becomes rtt, so that a uniformly slower store gets its
-//     concurrency back; a lower latency later brings d down at once.
+// A window closes at the release that makes it max(minWindow, limit)
+// releases long, about one latency at the limit. After a window that
+// changed the limit, the releases of the next latency are not counted: they
+// are of slots taken under the old limit.
+//
+// The no-load latency d is the lowest filtered latency seen, the filtered
+// latency being the median of the last three windows' means, so that one
+// unusually fast or slow window (a late timer, a stalled scheduler) moves
+// neither d nor the decision it feeds. When the filtered latency stays
+// above 2d for relearn windows in a row, the limit's own cuts have not
+// brought it down: the store has become slower by itself, and d becomes
+// the filtered latency, so that a uniformly slower store gets its
+// concurrency back; once the filtered latency is back within twice the d
+// of before, that d returns.
+//
+// At a window's close, with rtt its mean latency and peak the most slots
+// held at once in it, the calls of this limiter waiting inside the store
+// are about min(limit, peak)*(1-d/rtt), and the target is the limit that
+// leaves queued(limit) of them waiting: min(limit, peak)*d/rtt +
+// queued(limit). A target above the limit raises it by at most √limit,
+// and only when at least half the limit was held at some instant of the
+// window (a window short of calls says nothing of capacity); a target
+// below lowers it to the target, by half at most. Several limiters sharing
+// a store each keep about queued(limit) calls waiting in it, so the
+// larger limits fall first and they meet near equal shares. Because d
+// enters only through d/rtt, a d that noise left up to 1-1/√limit too low
+// still leaves the limit growing on an idle store.
 //
 // The limit stays within [min, max]. With min == 0 the limit is fixed and
 // the estimator only measures, for ShedLatency.
 type estimator struct {
 	min, max int
 	// limit is the adaptive limit, in [min, max]. It starts at min, so that
-	// the first windows see the store with few calls in it: d is the lowest
-	// latency seen, and a store first met with many calls would never show
-	// its no-load latency.
+	// the first windows see the store with few calls in it.
 	limit  float64
 	noLoad float64 // nanoseconds; zero before the first window
 
@@ -59,7 +75,16 @@ type estimator struct {
 	sum      float64   // nanoseconds of latency released in the window
 	releases int       // slots released in the window
 	peak     int       // most slots held at once in the window
-	since    time.Time // when the window began: slots taken before are not counted
+	from     time.Time // releases before it are not counted
+
+	// recent holds the latencies of the last three windows, a ring that
+	// windows (the windows closed so far) indexes.
+	recent  [3]float64
+	windows int
+	slow    int // windows in a row whose filtered latency was above 2*noLoad
+	// before is the no-load latency before the store was found slower by
+	// itself; zero when it was not.
+	before float64
 }
 
 func newEstimator(floor, ceiling int) *estimator {
@@ -88,17 +113,18 @@ func (l *Limiter) measureReleaseLocked() {
 	start := e.starts[e.head]
 	e.head = (e.head + 1) % len(e.starts)
 	e.n--
-	if start.Before(e.since) {
-		return // taken under the previous window's limit
+	if now.Before(e.from) {
+		return
 	}
 	e.sum += float64(now.Sub(start))
 	e.releases++
-	if e.releases < max(minWindow, int(e.limit)/2) {
+	if e.releases < max(minWindow, int(e.limit)) {
 		return
 	}
 	rtt := e.sum / float64(e.releases)
+	old := int(e.limit)
 	e.update(rtt)
-	e.sum, e.releases, e.peak, e.since = 0, 0, l.inUse, now
+	e.sum, e.releases, e.peak, e.from = 0, 0, l.inUse, now
 	l.latency.Store(int64(rtt))
 	l.noLoad.Store(int64(e.noLoad))
 	if e.min == 0 {
@@ -106,6 +132,10 @@ func (l *Limiter) measureReleaseLocked() {
 	}
 	limit := int(e.limit)
 	l.limit.Store(int64(limit))
+	if limit == old {
+		return
+	}
+	e.from = now.Add(time.Duration(rtt))
 	// A raised limit lets waiting calls in at once; the slot being released
 	// is handed on after this, by releaseLocked.
 	for l.inUse < limit && l.grantLocked() {
@@ -118,21 +148,49 @@ func (l *Limiter) measureReleaseLocked() {
 
 // update closes a window whose mean latency was rtt nanoseconds.
 func (e *estimator) update(rtt float64) {
-	if e.noLoad == 0 || rtt < e.noLoad {
-		e.noLoad = rtt
-	}
+	e.remember(rtt)
 	if e.min == 0 {
 		return
 	}
+	target := min(e.limit, float64(e.peak))*e.noLoad/rtt + queued(e.limit)
 	switch {
-	case rtt <= tolerance*e.noLoad:
+	case target >= e.limit:
 		if 2*e.peak >= int(e.limit) {
-			e.limit += math.Sqrt(e.limit)
+			e.limit = min(target, e.limit+math.Sqrt(e.limit))
 		}
-	case int(e.limit) <= e.min:
-		e.noLoad = rtt
 	default:
-		e.limit = max(e.limit/2, min(e.limit, float64(e.peak))*e.noLoad/rtt)
+		e.limit = max(e.limit/2, target)
 	}
 	e.limit = min(max(e.limit, float64(e.min)), float64(e.max))
+}
+
+// remember adds a window's latency, and sets noLoad from it.
+func (e *estimator) remember(rtt float64) {
+	e.recent[e.windows%len(e.recent)] = rtt
+	e.windows++
+	f := median(e.recent[:min(e.windows, len(e.recent))])
+	switch {
+	case e.before != 0 && f <= 2*e.before:
+		// The store is back within twice its latency before it slowed.
+		e.noLoad, e.before, e.slow = min(f, e.before), 0, 0
+	case e.noLoad == 0 || f < e.noLoad:
+		e.noLoad, e.slow = f, 0
+	case f > 2*e.noLoad:
+		e.slow++
+	default:
+		e.slow = 0
+	}
+	if e.slow >= relearn {
+		if e.before == 0 {
+			e.before = e.noLoad
+		}
+		e.noLoad, e.slow = f, 0
+	}
+}
+
+// median returns the median of up to three latencies: the middle one, or
+// the higher of two.
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	return s[len(s)/2]
 }

@@ -129,9 +129,11 @@ type Options struct {
 	// still wait. Zero means no bound. It must not be negative.
 	MaxQueue int
 	// ShedLatency, when above zero, sheds Low-priority and background calls
-	// with ReasonLatency while the store's measured latency (the mean time a
-	// slot was held over the last measurement window) is above it, and sheds
-	// a Low-priority call that would have to wait once the longest-waiting
+	// with ReasonLatency while the store's latency is above it: the mean time
+	// a slot was held over the last measurement window is, and the oldest
+	// slot held has been held longer than it (so that once the store holds
+	// no such call, calls go in again and measure it anew). It also sheds a
+	// Low-priority call that would have to wait once the longest-waiting
 	// call has waited longer than it. Normal and High calls are not shed by
 	// latency. Zero sheds by nothing but the queue. It must not be negative.
 	ShedLatency time.Duration
@@ -226,19 +228,23 @@ func (s Stats) Shed() uint64 {
 //
 // With Options.MinLimit set the number of slots adapts to the store, the
 // way TCP Vegas and Netflix's concurrency-limits do: the time each slot is
-// held is the store's latency; over windows of at least max(5, limit/2)
-// released slots the limiter compares the mean latency with the lowest it
-// has seen (its estimate of the no-load latency). While the latency stays
-// within 1.25× of it and at least half the slots were in use, the limit
-// grows by its square root per window; when the latency is higher the
-// store is queueing, and the limit falls to the concurrency that would give
-// the no-load latency (at most halving per window). It starts at MinLimit,
-// so that the first windows see the store unloaded. At the floor, a latency
-// that stays high is taken as the store's new no-load latency, so that a
-// store that became uniformly slower gets its concurrency back. MinLimit
-// should be below the store's capacity. Priorities, Reserve, QueueTimeout,
-// MaxQueue, the shedding reasons and RetryAfter work as with a fixed limit,
-// against the limit of the moment.
+// held is the store's latency, measured over windows of about one latency
+// (at least max(5, limit) released slots). Its no-load latency is the
+// lowest seen of the median of the last three windows, so that one window
+// made unusually fast or slow by the machine moves nothing. Each window
+// estimates how many of the limiter's calls wait inside the store (the
+// slots held times 1 - no-load/latency) and moves the limit towards the
+// number that leaves max(2, √limit) of them waiting: up by at most its
+// square root per window while at least half the slots were in use, down
+// by at most half. Limiters sharing one store so converge on near equal
+// shares of it. The limit starts at MinLimit, so that the first windows see
+// the store unloaded. A latency that stays above twice the no-load latency
+// for four windows, whatever the limit's cuts, is taken as the store's new
+// no-load latency, so that a store that became uniformly slower gets its
+// concurrency back; the old one returns with the store. MinLimit should be
+// below the store's capacity. Priorities, Reserve, QueueTimeout, MaxQueue,
+// the shedding reasons and RetryAfter work as with a fixed limit, against
+// the limit of the moment.
 type Limiter struct {
 	reserve      int
 	queueTimeout time.Duration
@@ -373,10 +379,11 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	}
 
 	p := PriorityFrom(ctx)
-	if p == Low && l.slow() {
+	l.mu.Lock()
+	if p == Low && l.slowLocked() {
+		l.mu.Unlock()
 		return l.shed(reasonLatency, p, false)
 	}
-	l.mu.Lock()
 	if l.inUse < int(l.limit.Load()) {
 		// No call is waiting (see inUse), so this one is not overtaking any.
 		l.takeLocked()
@@ -457,25 +464,33 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 
 // TryAcquireBackground takes a slot for a background call if one is free
 // outside the reserve, that is if fewer than Limit-Reserve slots are held,
-// and reports whether it did. It never waits; a false result counts as shed
-// with reason ReasonReserve, or ReasonLatency when the store's latency is
-// above ShedLatency. On true the caller must [Limiter.Release] the
-// slot.
+// and reports whether it did. It never waits; a false result counts as shed,
+// with the reason that [Limiter.AcquireBackground] would have given. On true
+// the caller must [Limiter.Release] the slot.
 func (l *Limiter) TryAcquireBackground() bool {
-	if l.slow() {
-		l.count(reasonLatency, 0, true)
-		return false
-	}
+	return l.AcquireBackground() == nil
+}
+
+// AcquireBackground is [Limiter.TryAcquireBackground] with the reason a
+// call is shed: it takes a slot for a background call without waiting and
+// returns nil, or an [*OverloadError] with Background set and the reason
+// ReasonLatency when the store's latency is above ShedLatency, or
+// ReasonReserve when no slot is free outside the reserve. On nil the caller
+// must [Limiter.Release] the slot.
+func (l *Limiter) AcquireBackground() error {
 	l.mu.Lock()
+	if l.slowLocked() {
+		l.mu.Unlock()
+		return l.shed(reasonLatency, 0, true)
+	}
 	if l.inUse < int(l.limit.Load())-l.reserve {
 		l.takeLocked()
 		l.mu.Unlock()
 		l.acquired.Add(1)
-		return true
+		return nil
 	}
 	l.mu.Unlock()
-	l.count(reasonReserve, 0, true)
-	return false
+	return l.shed(reasonReserve, 0, true)
 }
 
 // Release gives back a slot taken by Acquire or TryAcquireBackground, handing
@@ -537,9 +552,17 @@ func (l *Limiter) oldestLocked() time.Time {
 	return oldest
 }
 
-// slow reports whether the store's measured latency is above ShedLatency.
-func (l *Limiter) slow() bool {
-	return l.shedLatency > 0 && time.Duration(l.latency.Load()) > l.shedLatency
+// slowLocked reports whether the store's latency is above ShedLatency: the
+// last measured latency is, and so is the time the oldest held slot has been
+// held. A measure is never taken while every call is shed, so the second
+// test lets calls in again once the store holds none that it keeps longer
+// than ShedLatency. l.mu must be held.
+func (l *Limiter) slowLocked() bool {
+	if l.shedLatency <= 0 || time.Duration(l.latency.Load()) <= l.shedLatency {
+		return false
+	}
+	e := l.est
+	return e.n > 0 && time.Since(e.starts[e.head]) > l.shedLatency
 }
 
 // takeLocked takes a free slot. l.mu must be held.

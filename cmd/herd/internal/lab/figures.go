@@ -80,6 +80,8 @@ var Figures = []Figure{
 	{"db_mean_inflight", "mean database calls in flight while overloaded",
 		"the time-weighted mean of the database calls in flight in the healthy and recovered phases, past their first quarter"},
 	{"goodput", "goodput (requests/s)", "requests answered within their client timeout, per second of the run"},
+	{"shed_latency", "shed by latency",
+		"calls the limiters shed because the database's latency or the queue's wait was above ShedLatency (limiter.Stats.ShedLatency; the adaptive rung only)"},
 	// limiter and above
 	{"peak_per_replica", "peak calls in flight per replica",
 		"the most backing-store calls one replica had in flight at once (the limiter caps it)"},

