@@ -84,7 +84,8 @@ func Sentinel(t testing.TB) *SentinelGroup {
 }
 
 // Replica starts a redis-server that replicates master and waits until it
-// is in sync. It is killed when the test ends.
+// is in sync and acknowledges the master's writes (WAIT). It is killed
+// when the test ends.
 func Replica(t testing.TB, master *Node) *Node {
 	t.Helper()
 	requireBinary(t, redisproc.Binary, "redis-server", testing.Short())
@@ -96,7 +97,10 @@ func Replica(t testing.TB, master *Node) *Node {
 	for {
 		info, err := mc.Info(ctx, "replication").Result()
 		if err == nil && strings.Contains(info, "port="+r.Addr[strings.LastIndexByte(r.Addr, ':')+1:]+",state=online") {
-			return r
+			var acks int64
+			if acks, err = mc.Wait(ctx, 1, time.Second).Result(); err == nil && acks >= 1 {
+				return r
+			}
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("redistest: replica %s of %s not in sync within %v: %v\n%s", r.Addr, master.Addr, sentinelTimeout, err, info)
