@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,4 +192,109 @@ func timedChanges(t *testing.T, ctx context.Context, r *Remote, ackTimeout time.
 		t.Logf("%s: %v after %v", name, errs[name], took)
 	}
 	return errs
+}
+
+// On a Cluster, each change waits for the replica of the master of its
+// key's slot: with one master's replica frozen, the changes of keys that
+// master holds fail with ErrNotAcknowledged, and those of keys the others
+// hold succeed.
+func TestAckCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.ReplicatedCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true, ReadTimeout: -1})
+	t.Cleanup(func() { _ = cc.Close() })
+	const ackTimeout = 300 * time.Millisecond
+	r := newRemote(t, cc, Options{AckReplicas: 1, AckTimeout: ackTimeout})
+	ctx := t.Context()
+
+	// owner returns the index of the master that holds name.
+	owner := func(name string) int {
+		t.Helper()
+		m, err := cc.MasterForKey(ctx, name)
+		if err != nil {
+			t.Fatalf("MasterForKey(%q): %v", name, err)
+		}
+		for i, n := range c.Nodes {
+			if n.Addr == m.Options().Addr {
+				return i
+			}
+		}
+		t.Fatalf("%q is on %s, not a master of the cluster", name, m.Options().Addr)
+		return -1
+	}
+	// One key and one tag on each master.
+	keys, tags := make([]string, len(c.Nodes)), make([]string, len(c.Nodes))
+	for i := 0; slices.Contains(keys, "") || slices.Contains(tags, ""); i++ {
+		k := fmt.Sprint("k", i)
+		if n, _ := r.names(ctx, "test", k); keys[owner(n.Value)] == "" {
+			keys[owner(n.Value)] = k
+		}
+		if tags[owner(r.space.TagName(k))] == "" {
+			tags[owner(r.space.TagName(k))] = k
+		}
+	}
+	perMaster := func(i int) map[string]error {
+		errs := make(map[string]error)
+		_, errs["Set"] = r.Set(ctx, keys[i], fresh("v"), time.Hour)
+		_, errs["MarkStale"] = r.MarkStale(ctx, keys[i])
+		errs["Invalidate"] = r.Invalidate(ctx, keys[i])
+		_, errs["InvalidateTag"] = r.InvalidateTag(ctx, tags[i])
+		if i == owner(r.space.Generation()) {
+			errs["InvalidateAll"] = r.InvalidateAll(ctx)
+		}
+		return errs
+	}
+	for i := range c.Nodes {
+		for name, err := range perMaster(i) {
+			if err != nil {
+				t.Errorf("%s on master %d with every replica running: %v", name, i, err)
+			}
+		}
+	}
+
+	frozen := owner(r.space.Generation()) // InvalidateAll's key is there too
+	c.Replicas[frozen].Pause()
+	t.Cleanup(c.Replicas[frozen].Resume)
+	for i := range c.Nodes {
+		for name, err := range perMaster(i) {
+			switch {
+			case i == frozen && !errors.Is(err, ErrNotAcknowledged):
+				t.Errorf("%s on master %d, whose replica is frozen: %v; want ErrNotAcknowledged", name, i, err)
+			case i != frozen && err != nil:
+				t.Errorf("%s on master %d, whose replica runs: %v", name, i, err)
+			}
+		}
+	}
+	c.Replicas[frozen].Resume()
+
+	// A manual failover moves a master's slots to its replica: a change
+	// sent to the old master meets MOVED and fails with it, and go-redis
+	// reloads its slot map, so that a later change reaches the new one.
+	moved := (frozen + 1) % len(c.Nodes)
+	promoted := c.Replicas[moved].Client()
+	if err := promoted.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatalf("CLUSTER FAILOVER: %v", err)
+	}
+	for i := 0; ; i++ {
+		info, err := promoted.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "role:master") {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("the replica of master %d is no master 10s after CLUSTER FAILOVER: %v\n%s", moved, err, info)
+		}
+		time.Sleep(10 * time.Millisecond) // polls the replica
+	}
+	for i := 0; ; i++ {
+		_, err := r.Set(ctx, keys[moved], fresh("v"), time.Hour)
+		if err == nil {
+			t.Logf("Set succeeded at attempt %d after the failover", i+1)
+			break
+		}
+		t.Logf("Set %d after the failover: %v", i, err)
+		if !strings.Contains(err.Error(), "MOVED") || i == 100 {
+			t.Fatalf("Set %d after the failover: %v; want MOVED until go-redis has reloaded its slot map, then success", i, err)
+		}
+		time.Sleep(100 * time.Millisecond) // go-redis reloads in the background
+	}
 }
