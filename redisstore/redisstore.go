@@ -158,11 +158,12 @@
 // fences do not come back: the next fence comes from the clock, under the
 // assumption above. Run Redis with persistence (appendonly yes) where lost
 // writes matter; min-replicas-to-write narrows the failover window but does
-// not close it, and Options.AckReplicas (below) keeps the changes that
-// returned across a failover. Notices can be lost (a dropped connection, a slow
-// subscriber): once the subscription reconnects, subscribers are told to
-// drop everything and Wait-ers wake to re-read, and twice the cache's
-// NearTTL bounds the staleness in between.
+// not close it; with Options.AckReplicas (below), a failover to a replica
+// that acknowledged them keeps the changes that returned. Notices can be
+// lost (a dropped connection, a slow subscriber): once the subscription
+// reconnects, subscribers are told to drop everything and Wait-ers wake
+// to re-read, and twice the cache's NearTTL bounds the staleness in
+// between.
 //
 // Acknowledged changes. With Options.AckReplicas set, each change a cache
 // makes (Set, Invalidate, MarkStale, InvalidateTag, InvalidateAll) is
