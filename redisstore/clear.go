@@ -30,9 +30,9 @@ func (r *Remote) InvalidateAll(ctx context.Context) error {
 	if err := r.check("invalidate-all", ""); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
-	g, err := invalidateAllScript.Run(ctx, r.client, []string{r.space.Generation()}, r.channel).Int64()
+	g, err := r.change(ctx, invalidateAllScript, []string{r.space.Generation()}, r.channel).Int64()
 	if err != nil {
 		return fail("invalidate-all", "", err)
 	}

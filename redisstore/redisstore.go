@@ -158,10 +158,53 @@
 // fences do not come back: the next fence comes from the clock, under the
 // assumption above. Run Redis with persistence (appendonly yes) where lost
 // writes matter; min-replicas-to-write narrows the failover window but does
-// not close it. Notices can be lost (a dropped connection, a slow
-// subscriber): once the subscription reconnects, subscribers are told to
-// drop everything and Wait-ers wake to re-read, and twice the cache's
-// NearTTL bounds the staleness in between.
+// not close it; with Options.AckReplicas (below), a failover to a replica
+// that acknowledged them keeps the changes that returned. Notices can be
+// lost (a dropped connection, a slow subscriber): once the subscription
+// reconnects, subscribers are told to drop everything and Wait-ers wake
+// to re-read, and twice the cache's NearTTL bounds the staleness in
+// between.
+//
+// Acknowledged changes. With Options.AckReplicas set, each change a cache
+// makes (Set, Invalidate, MarkStale, InvalidateTag, InvalidateAll) is
+// sent in one pipeline with WAIT <AckReplicas> <AckTimeout> after it, on
+// one connection to the master of its key's slot, and returns once that
+// many replicas have acknowledged it, or else, after AckTimeout, with an
+// error wrapping [ErrNotAcknowledged]. The master has made and announced
+// the change all the same, and keeps it unless it fails over or restarts;
+// the cache drops its own copy of the key, and its breaker counts the
+// error as Redis trouble. Each change is idempotent in effect: to have it
+// kept, do it again. Redis replicates in order, so a change that returned
+// is held, with every change before it, by AckReplicas replicas; a
+// failover that promotes one of them keeps it, and no later read brings
+// back what it retired. Tested with a Sentinel group (one master, one
+// replica, three Sentinels) under SENTINEL FAILOVER and a SIGKILL of the
+// master, with Set and Invalidate under load.
+//
+// What it does not promise. An acknowledgement means the replica holds
+// the change in memory, not on disk: a replica that acknowledged and then
+// fails with the master loses it, as does a whole group restarted without
+// persistence. Sentinel promotes the replica it ranks first (replica-
+// priority, then the replication offset it last saw), which with more
+// replicas than AckReplicas may be one that did not acknowledge; with
+// AckReplicas equal to the number of replicas that gap closes, and one
+// replica down fails every change. A change that returned the error may
+// or may not survive a failover. Write-backs of loaded values and lease
+// acquisitions do not wait: a write-back lost in a failover costs a
+// reload, and the key falls back to its state after the changes that
+// returned, none of which it undoes; a lost fence is replaced by one from
+// the clock, as above. min-replicas-to-write on the master is
+// complementary: it refuses writes while too few replicas are connected,
+// where WAIT reports them afterwards.
+//
+// On a Cluster, a change and its WAIT go to the master that go-redis'
+// slot map names for the key's slot (hooks added to the ClusterClient
+// itself do not see them; those added to its nodes' clients do), and
+// WAIT counts that master's replicas. A change that meets MOVED or ASK
+// (its slot moved, by a failover or a resharding) fails with that reply,
+// having changed nothing, and go-redis reloads its slot map for the next
+// one. AckTimeout adds to each change's deadline (Timeout) and must fit
+// in the Client's ReadTimeout.
 package redisstore
 
 import (
@@ -235,6 +278,21 @@ type Options struct {
 	// single larger entry goes alone. Zero means DefaultBatchBytes (4 MiB);
 	// it must not be negative.
 	BatchBytes int
+	// AckReplicas, when positive, makes every change (Set, Invalidate,
+	// MarkStale, InvalidateTag, InvalidateAll) wait, with Redis' WAIT,
+	// until that many replicas of its master have acknowledged it, and fail
+	// with an error wrapping ErrNotAcknowledged when fewer have within
+	// AckTimeout; write-backs of loaded values do not wait. See
+	// "Acknowledged changes" in the package doc for what it promises. It
+	// needs a *redis.Client or a *redis.ClusterClient. Zero means changes
+	// return once the master has made them; it must not be negative.
+	AckReplicas int
+	// AckTimeout bounds each change's wait for its replicas, on top of
+	// Timeout; it is rounded up to whole milliseconds, and the Client's
+	// ReadTimeout must be at least AckTimeout plus Timeout. Zero means
+	// DefaultAckTimeout (250ms) when AckReplicas is set; it must be zero
+	// when AckReplicas is not, and must not be negative.
+	AckTimeout time.Duration
 }
 
 // NewClient returns a client for o, like redis.NewUniversalClient, with
@@ -260,6 +318,10 @@ type Remote struct {
 	timeout time.Duration
 	// batchKeys and batchBytes bound each pipeline of a batch call.
 	batchKeys, batchBytes int
+	// ackReplicas is how many replicas must acknowledge each change
+	// within ackTimeout (see change); zero for none, and ackTimeout zero.
+	ackReplicas int
+	ackTimeout  time.Duration
 	// valueBytes is the mean length of the values that the last pipeline
 	// of reads returned (at least 1; batchBytes/batchKeys before the
 	// first), by which the next one is sized (see learn).
@@ -356,6 +418,10 @@ func New(o Options) (*Remote, error) {
 	}
 	batchKeys = cmp.Or(batchKeys, DefaultBatchKeys)
 	batchBytes = cmp.Or(batchBytes, DefaultBatchBytes)
+	ackTimeout, err := checkAck(o, timeout)
+	if err != nil {
+		return nil, err
+	}
 
 	r := &Remote{
 		client:      o.Client,
@@ -364,6 +430,8 @@ func New(o Options) (*Remote, error) {
 		timeout:     timeout,
 		batchKeys:   batchKeys,
 		batchBytes:  batchBytes,
+		ackReplicas: o.AckReplicas,
+		ackTimeout:  ackTimeout,
 		fenceFloor:  minFenceTTL,
 		fenceMargin: fenceMargin,
 		id:          newToken()[:originLen],
@@ -555,9 +623,9 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
-	fence, err := setScript.Run(ctx, r.client, []string{n.Value, n.Fence}, ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
+	fence, err := r.change(ctx, setScript, []string{n.Value, n.Fence}, ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
 	if err != nil {
 		return 0, fail("set", key, err)
 	}
@@ -574,9 +642,9 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
-	if err := invalidateScript.Run(ctx, r.client, []string{n.Value, n.Fence}, r.channel, key, r.fenceTTL(0)).Err(); err != nil {
+	if err := r.change(ctx, invalidateScript, []string{n.Value, n.Fence}, r.channel, key, r.fenceTTL(0)).Err(); err != nil {
 		return fail("invalidate", key, err)
 	}
 	return nil

@@ -20,9 +20,9 @@ func (r *Remote) MarkStale(ctx context.Context, key string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
-	fence, err := markStaleScript.Run(ctx, r.client, []string{n.Value, n.Fence},
+	fence, err := r.change(ctx, markStaleScript, []string{n.Value, n.Fence},
 		r.channel, key, r.fenceTTL(0), r.fenceMargin.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fail("mark stale", key, err)

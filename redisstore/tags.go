@@ -26,9 +26,9 @@ func (r *Remote) InvalidateTag(ctx context.Context, tag string) (uint64, error) 
 	if err := r.check("invalidate-tag", tag); err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
-	v, err := invalidateTagScript.Run(ctx, r.client, []string{r.space.TagName(tag)}, r.channel, tag, TagKeep.Milliseconds()).Int64()
+	v, err := r.change(ctx, invalidateTagScript, []string{r.space.TagName(tag)}, r.channel, tag, TagKeep.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fail("invalidate-tag", tag, err)
 	}

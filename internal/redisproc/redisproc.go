@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -97,6 +98,12 @@ type Options struct {
 	// is also free, as a server run with "--cluster-enabled", "yes" needs.
 	// When false any free port will do.
 	ClusterBus bool
+	// Conf, when not empty, is written to redis.conf in the server's working
+	// directory, which is given to redis-server as its config file (its
+	// first argument), before the ones Start always passes. A Sentinel needs one,
+	// which it rewrites: Conf "sentinel monitor <name> <ip> <port> <quorum>"
+	// with Args "--sentinel".
+	Conf string
 }
 
 // Start runs `redis-server --port <free> --bind 127.0.0.1 --save ""
@@ -107,7 +114,8 @@ func Start(ctx context.Context) (*Server, error) {
 	return StartWith(ctx, nil)
 }
 
-// StartWith is Start with the extra arguments and port choice of o. It does
+// StartWith is Start with the config file, extra arguments and port choice
+// of o. It does
 // not keep o.
 func StartWith(ctx context.Context, o *Options) (*Server, error) {
 	if o == nil {
@@ -133,11 +141,20 @@ func StartWith(ctx context.Context, o *Options) (*Server, error) {
 		if dir, err = os.MkdirTemp("", "herd-redis-"); err != nil {
 			break
 		}
+		var conf []string
+		if o.Conf != "" {
+			path := filepath.Join(dir, "redis.conf")
+			if err = os.WriteFile(path, []byte(o.Conf), 0o600); err != nil {
+				_ = os.RemoveAll(dir)
+				break
+			}
+			conf = []string{path}
+		}
 		s := &Server{
 			addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 			bin:  bin,
 			dir:  dir,
-			args: append([]string{
+			args: append(append(conf,
 				"--port", strconv.Itoa(port),
 				"--bind", "127.0.0.1",
 				"--save", "",
@@ -145,7 +162,7 @@ func StartWith(ctx context.Context, o *Options) (*Server, error) {
 				"--dir", dir,
 				"--daemonize", "no",
 				"--logfile", "",
-			}, o.Args...),
+			), o.Args...),
 		}
 		if err = s.start(ctx); err == nil {
 			return s, nil

@@ -266,3 +266,27 @@ func TestPauseResume(t *testing.T) {
 		t.Fatal("Resume of a killed server succeeded")
 	}
 }
+
+// TestStartWithConf proves Options.Conf is the server's config file: its
+// settings apply, the fixed arguments and Args override it, and a Sentinel,
+// which needs a file it can rewrite, starts from it.
+func TestStartWithConf(t *testing.T) {
+	conf := "maxmemory-policy allkeys-lru\nappendonly yes\n"
+	ctx, s := startServer(t, &Options{Conf: conf})
+	c := client(s.Addr())
+	if got, err := c.call(ctx, "CONFIG", "GET", "maxmemory-policy"); err != nil || got != "maxmemory-policy\nallkeys-lru" {
+		t.Fatalf("CONFIG GET maxmemory-policy = %v, %v; want allkeys-lru from Options.Conf", got, err)
+	}
+	if got, err := c.call(ctx, "CONFIG", "GET", "appendonly"); err != nil || got != "appendonly\nno" {
+		t.Fatalf("CONFIG GET appendonly = %v, %v; want the fixed \"--appendonly no\" over Options.Conf", got, err)
+	}
+
+	_, sentinel := startServer(t, &Options{
+		Conf: "sentinel monitor m " + strings.Replace(s.Addr(), ":", " ", 1) + " 1\n",
+		Args: []string{"--sentinel"},
+	})
+	got, err := client(sentinel.Addr()).call(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m")
+	if want := strings.Replace(s.Addr(), ":", "\n", 1); err != nil || got != want {
+		t.Fatalf("SENTINEL GET-MASTER-ADDR-BY-NAME m = %q, %v; want %q", got, err, want)
+	}
+}

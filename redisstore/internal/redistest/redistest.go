@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,11 +60,15 @@ func Server(t testing.TB) *Node {
 }
 
 // ClusterNodes is a Redis Cluster of three masters on loopback ports, each
-// holding a third of the hash slots, without replicas.
+// holding a third of the hash slots, without replicas unless made by
+// ReplicatedCluster.
 type ClusterNodes struct {
 	// Nodes are the masters, in the order they were given to
 	// redis-cli --cluster create.
 	Nodes []*Node
+	// Replicas, made by ReplicatedCluster, are the masters' replicas:
+	// Replicas[i] replicates Nodes[i]. Nil for Cluster.
+	Replicas []*Node
 
 	t testing.TB
 }
@@ -76,25 +81,40 @@ type ClusterNodes struct {
 // hint, or is skipped under -short.
 func Cluster(t testing.TB) *ClusterNodes {
 	t.Helper()
+	return cluster(t, false)
+}
+
+// cluster starts three masters, each with a replica if replicated, joins
+// them and waits until every node reports cluster_state:ok.
+func cluster(t testing.TB, replicated bool) *ClusterNodes {
+	t.Helper()
 	requireBinary(t, redisproc.Binary, "redis-server", testing.Short())
 	cli := requireBinary(t, "redis-cli", "redis-tools", testing.Short())
 	c := &ClusterNodes{t: t}
-	for range 3 {
-		c.Nodes = append(c.Nodes, startNode(t, &redisproc.Options{Args: clusterArgs, ClusterBus: true}))
+	nodes := 3
+	if replicated {
+		nodes = 6
 	}
+	var all []*Node
+	for range nodes {
+		all = append(all, startNode(t, &redisproc.Options{Args: clusterArgs, ClusterBus: true}))
+	}
+	c.Nodes = all[:3]
 
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
 	args := []string{"--cluster", "create"}
-	args = append(args, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	for _, n := range all {
+		args = append(args, n.Addr)
+	}
+	args = append(args, "--cluster-replicas", strconv.Itoa(nodes/3-1), "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	for _, n := range c.Nodes {
+	for _, n := range all {
 		cl := redis.NewClient(&redis.Options{Addr: n.Addr, ContextTimeoutEnabled: true})
 		defer cl.Close()
 		for {
@@ -108,6 +128,9 @@ func Cluster(t testing.TB) *ClusterNodes {
 			case <-tick.C:
 			}
 		}
+	}
+	if replicated {
+		c.Nodes, c.Replicas = pairReplicas(ctx, t, all)
 	}
 	return c
 }

@@ -147,3 +147,68 @@ func TestMissingBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestSentinelGroup proves the group fails over both ways a test needs: by
+// SENTINEL FAILOVER, after which the old master replicates the new one, and
+// by the master's death; the failover client follows each time.
+func TestSentinelGroup(t *testing.T) {
+	t.Parallel()
+	g := Sentinel(t)
+	first := g.Master()
+	if first != g.Nodes[0] {
+		t.Fatalf("master %s, want the node started as master, %s", first.Addr, g.Nodes[0].Addr)
+	}
+	c := g.Client()
+	ctx := t.Context()
+	if err := c.Set(ctx, "k", "1", 0).Err(); err != nil {
+		t.Fatalf("SET through the failover client: %v", err)
+	}
+	if n, err := c.Wait(ctx, 1, 10*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v; want the replica's acknowledgement", n, err)
+	}
+
+	second := g.Failover()
+	if second != g.Nodes[1] {
+		t.Fatalf("after SENTINEL FAILOVER the master is %s, want the replica %s", second.Addr, g.Nodes[1].Addr)
+	}
+	if v, err := g.clients[second.Addr].Get(ctx, "k").Result(); err != nil || v != "1" {
+		t.Fatalf("GET k on the new master = %q, %v; want the acknowledged write", v, err)
+	}
+	awaitWrite(t, g, c, second)
+	g.await("the old master to replicate the new one", func(ctx context.Context) error {
+		info, err := g.clients[first.Addr].Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "master_port:"+second.Addr[strings.LastIndexByte(second.Addr, ':')+1:]) || !strings.Contains(info, "master_link_status:up") {
+			return fmt.Errorf("old master: %v\n%s", err, info)
+		}
+		return nil
+	})
+
+	second.Kill()
+	third := g.AwaitPromotion(second)
+	if third != first {
+		t.Fatalf("after the master's death the master is %s, want %s", third.Addr, first.Addr)
+	}
+	awaitWrite(t, g, c, third)
+}
+
+// awaitWrite waits until a write through c lands on master: the failover
+// client learns of a new master through the Sentinels, and reconnects.
+func awaitWrite(t *testing.T, g *SentinelGroup, c *redis.Client, master *Node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), sentinelTimeout)
+	defer cancel()
+	for {
+		err := c.Set(ctx, "w", master.Addr, 0).Err()
+		if err == nil {
+			v, gerr := g.clients[master.Addr].Get(ctx, "w").Result()
+			if gerr == nil && v == master.Addr {
+				return
+			}
+			err = fmt.Errorf("GET w on %s = %q, %v", master.Addr, v, gerr)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no write through the failover client reached %s within %v: %v", master.Addr, sentinelTimeout, err)
+		}
+		time.Sleep(20 * pollEvery) // polls the client
+	}
+}
