@@ -14,9 +14,9 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/flight"
-	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 // Tests of the consistency contract in the package docs at its edges: a

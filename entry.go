@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/xfetch"
 )
 

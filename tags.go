@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 // Tags gives, from inside a load, the entry that load is making the tags

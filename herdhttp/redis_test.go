@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd/herdhttp"
-	"github.com/herdcache/herd/internal/redisproc"
 	"github.com/herdcache/herd/redisstore"
+	"github.com/herdcache/herd/redisstore/redisproc"
 )
 
 // redisServer starts a redis-server on loopback for the test.

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/metricdef"
+	"github.com/herdcache/herd/observe/metricdef"
 )
 
 // ScopeName is the instrumentation scope of every meter and tracer herdotel

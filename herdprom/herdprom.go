@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/metricdef"
+	"github.com/herdcache/herd/observe/metricdef"
 )
 
 // Source is what a Collector reads: any [herd.Cache], whatever its value

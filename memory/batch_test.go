@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 // grantString describes g without its token, which is random: two remotes

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
-	"github.com/herdcache/herd/internal/notify"
+	"github.com/herdcache/herd/remote/envelope"
+	"github.com/herdcache/herd/remote/notify"
 )
 
 var _ herd.Clearer = (*Remote)(nil)

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
-	"github.com/herdcache/herd/internal/notify"
+	"github.com/herdcache/herd/remote/envelope"
+	"github.com/herdcache/herd/remote/notify"
 )
 
 // subscribeQueue is how many notices a subscription queues for a slow fn

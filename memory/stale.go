@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 var _ herd.Staler = (*Remote)(nil)

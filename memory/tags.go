@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/notify"
+	"github.com/herdcache/herd/remote/notify"
 )
 
 var _ herd.Tagger = (*Remote)(nil)

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
-	"github.com/herdcache/herd/internal/notify"
+	"github.com/herdcache/herd/remote/envelope"
+	"github.com/herdcache/herd/remote/notify"
 )
 
 // The batch calls send pipelines of at most BatchKeys entries and

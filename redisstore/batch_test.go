@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
-	"github.com/herdcache/herd/internal/notify"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/envelope"
+	"github.com/herdcache/herd/remote/notify"
 )
 
 // batchEnv is a Redis server or Cluster for the batch tests, with a client

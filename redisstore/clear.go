@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/keyspace"
-	"github.com/herdcache/herd/internal/notify"
+	"github.com/herdcache/herd/remote/keyspace"
+	"github.com/herdcache/herd/remote/notify"
 )
 
 var _ herd.Clearer = (*Remote)(nil)

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd/internal/notify"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/notify"
 )
 
 // A Remote that missed an InvalidateAll's notice learns the generation

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 // shortFences lowers r's fence key TTLs to max(ttl, floor) + margin, so that

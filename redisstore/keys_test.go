@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 // listed is what the package documentation says of one Redis key: its TTL

@@ -224,9 +224,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
-	"github.com/herdcache/herd/internal/keyspace"
-	"github.com/herdcache/herd/internal/notify"
+	"github.com/herdcache/herd/remote/envelope"
+	"github.com/herdcache/herd/remote/keyspace"
+	"github.com/herdcache/herd/remote/notify"
 )
 
 // Defaults of Options.

@@ -16,10 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
-	"github.com/herdcache/herd/internal/keyspace"
-	"github.com/herdcache/herd/internal/notify"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/envelope"
+	"github.com/herdcache/herd/remote/keyspace"
+	"github.com/herdcache/herd/remote/notify"
 	"github.com/herdcache/herd/storetest"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 // spanHook records the Redis keys of each pipeline a client sends (the

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 // subtest is one check of Run, given the Store and Lease of a new fleet.

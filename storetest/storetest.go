@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
+	"github.com/herdcache/herd/remote/envelope"
 )
 
 // Timing of the suite. It runs on wall time because a real server has no fake

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd/internal/redisproc"
+	"github.com/herdcache/herd/redisstore/redisproc"
 )
 
 // proxyDeadline bounds every wait of the proxy tests.

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd/internal/redisproc"
+	"github.com/herdcache/herd/redisstore/redisproc"
 )
 
 // startTimeout bounds how long initdb, a server's start and its stop may

@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/envelope"
-	"github.com/herdcache/herd/internal/keyspace"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/envelope"
+	"github.com/herdcache/herd/remote/keyspace"
 )
 
 // names returns the Redis keys of key for the replicas fleet made for t.

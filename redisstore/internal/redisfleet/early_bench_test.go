@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/keyspace"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/keyspace"
 )
 
 const (

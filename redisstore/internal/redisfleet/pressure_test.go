@@ -18,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/keyspace"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote/keyspace"
 )
 
 // roundTrips is a go-redis hook that counts what a client sends to Redis:

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd/internal/redisproc"
+	"github.com/herdcache/herd/redisstore/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 

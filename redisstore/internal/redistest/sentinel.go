@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd/internal/redisproc"
+	"github.com/herdcache/herd/redisstore/redisproc"
 )
 
 // MasterName is the name under which a SentinelGroup's Sentinels monitor

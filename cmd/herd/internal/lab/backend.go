@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
-	"github.com/herdcache/herd/internal/redisproc"
 	"github.com/herdcache/herd/memory"
 	"github.com/herdcache/herd/redisstore"
+	"github.com/herdcache/herd/redisstore/redisproc"
 )
 
 // errNodeKilled is the error of every call to an embedded store that the

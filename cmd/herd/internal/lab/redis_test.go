@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd/internal/redisproc"
+	"github.com/herdcache/herd/redisstore/redisproc"
 )
 
 // redisSmall is a short suite for a real Redis: real time, so kept brief.

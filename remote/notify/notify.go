@@ -1,4 +1,10 @@
-// Package notify hands change notices to a subscriber on its own goroutine, in order, without ever making the announcer wait, and lets goroutines wait for the next completion on a key.
+// Package notify hands change notices to a subscriber on its own goroutine,
+// in order, without ever making the announcer wait, and lets goroutines wait
+// for the next completion on a key.
+//
+// A Store author uses it to implement the remote tier's Notifier and
+// Watcher: announce each change or completion the backend reports, and let
+// the cache subscribe and wait.
 package notify
 
 import "sync"

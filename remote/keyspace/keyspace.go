@@ -1,4 +1,8 @@
 // Package keyspace names the Redis keys and the pub/sub channel of one cache.
+//
+// It is the key layout redisstore writes; a Store for another Redis-protocol
+// server (Valkey, DragonflyDB) that uses it reads and writes the same keys,
+// so replicas running either Store share one cache.
 package keyspace
 
 import (

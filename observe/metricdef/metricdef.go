@@ -4,6 +4,11 @@
 // metric has one name everywhere: "herd." and the name for OpenTelemetry,
 // and for Prometheus the same with underscores, the unit ("_seconds") and,
 // for counters, "_total".
+//
+// The list is public so that an adapter for another metrics system (statsd,
+// Datadog) can be written outside this repository and export the same
+// metrics under the same names: range over [Metrics], read each series' value
+// from a Stats snapshot, and name it with the definition's fields.
 package metricdef
 
 import (
