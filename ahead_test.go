@@ -11,6 +11,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/observe"
 )
 
 // A key pinned on five replicas, and never read there, stays fresh for ten
@@ -206,7 +207,7 @@ func TestHotKeyRefreshedAheadAcrossRevalidations(t *testing.T) {
 		})
 		start := time.Now()
 		var (
-			st   herd.Stats
+			st   observe.Stats
 			took bool
 		)
 		for time.Since(start) < 5*soft {

@@ -12,6 +12,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/remote"
 )
 
 // Tests of the shared tier's economy: a replica that was told another holds
@@ -24,7 +25,7 @@ type acquires struct {
 	n atomic.Int64
 }
 
-func (a *acquires) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (a *acquires) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	a.n.Add(1)
 	return a.Remote.Acquire(ctx, key, ttl, after)
 }
@@ -329,7 +330,7 @@ type gatedAcquires struct {
 	n      atomic.Int64
 }
 
-func (a *gatedAcquires) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (a *gatedAcquires) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	if !a.gating.Load() {
 		return a.Remote.Acquire(ctx, key, ttl, after)
 	}
@@ -337,7 +338,7 @@ func (a *gatedAcquires) Acquire(ctx context.Context, key string, ttl time.Durati
 	select {
 	case <-a.gate:
 	case <-ctx.Done():
-		return herd.Grant{}, ctx.Err()
+		return remote.Grant{}, ctx.Err()
 	}
 	return a.Remote.Acquire(ctx, key, ttl, after)
 }
@@ -380,13 +381,13 @@ type heldNotices struct {
 	*memory.Remote
 	mu     sync.Mutex
 	held   bool
-	queued []herd.Notice
-	fn     func(herd.Notice)
+	queued []remote.Notice
+	fn     func(remote.Notice)
 }
 
-func (s *heldNotices) Subscribe(fn func(herd.Notice)) func() {
+func (s *heldNotices) Subscribe(fn func(remote.Notice)) func() {
 	s.fn = fn
-	return s.Remote.Subscribe(func(n herd.Notice) {
+	return s.Remote.Subscribe(func(n remote.Notice) {
 		s.mu.Lock()
 		if s.held {
 			s.queued = append(s.queued, n)

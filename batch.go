@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd/flight"
+	"github.com/herdcache/herd/observe"
 )
 
 // BatchLoadFunc loads the values of keys from the backing store in one
@@ -36,8 +37,8 @@ type Item[V any] struct {
 // served stale, waited for or failed by the loser policy, after this call
 // has loaded its own keys. One limiter slot is taken per loader call. The
 // remote tier is read, leased and written in one round trip per server for
-// the whole batch when its Store and Lease implement [BatchStore] and
-// [BatchLease] (keys one call at a time otherwise): a batch the Store
+// the whole batch when its Store and Lease implement [remote.BatchStore] and
+// [remote.BatchLease] (keys one call at a time otherwise): a batch the Store
 // holds takes one round trip, a batch to load takes two. A loader error,
 // panic or runtime.Goexit fails only the keys it was given. Stale keys
 // served are refreshed together, in one background load per call.
@@ -199,7 +200,7 @@ func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoa
 		defer mu.Unlock()
 		for _, key := range missed {
 			if !ran[key] {
-				c.got(key, ResultMiss) // joined another caller's load
+				c.got(key, observe.ResultMiss) // joined another caller's load
 			}
 		}
 	}

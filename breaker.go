@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/herdcache/herd/remote"
 )
 
 // Breaker states.
@@ -109,11 +111,11 @@ func (b *breaker) allow() bool {
 
 // record takes the outcome of a remote call that began in epoch at. Errors
 // from the caller's own context do not count against the remote tier, a
-// call the tier refused ([ErrRejected]) counts as an answer, and the
+// call the tier refused ([remote.ErrRejected]) counts as an answer, and the
 // outcome of a call that began before the breaker last changed state does
 // not count at all.
 func (b *breaker) record(ctx context.Context, at epoch, err error) {
-	if errors.Is(err, ErrRejected) {
+	if errors.Is(err, remote.ErrRejected) {
 		err = nil
 	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -238,7 +240,7 @@ func (b *breaker) degraded() (time.Duration, int64) {
 // first remote call probes the tier, and the calls made meanwhile go
 // without it instead of each waiting for its timeout. A breaker that never
 // opens (threshold zero) starts closed whatever store says.
-func (b *breaker) startFrom(store Store) {
+func (b *breaker) startFrom(store remote.Store) {
 	r, ok := store.(interface{ Reached() bool })
 	if !ok || b.threshold == 0 || r.Reached() {
 		return

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/herdcache/herd/remote"
 )
 
 func TestBreaker(t *testing.T) {
@@ -232,7 +234,7 @@ func TestBreakerCountsBurstOnce(t *testing.T) {
 
 // reachedStore is a Store that tells whether it has reached its server.
 type reachedStore struct {
-	Store
+	remote.Store
 	reached bool
 }
 
@@ -268,7 +270,7 @@ func TestBreakerStartsFromStore(t *testing.T) {
 			t.Fatal("a probe that succeeded did not close the breaker")
 		}
 
-		for _, s := range []Store{reachedStore{reached: true}, nil} {
+		for _, s := range []remote.Store{reachedStore{reached: true}, nil} {
 			b := &breaker{threshold: 5, cooldown: time.Second}
 			b.startFrom(s)
 			if b.open() {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/herdcache/herd/flight"
 	"github.com/herdcache/herd/internal/topk"
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // LoadFunc loads the value of one key from the backing store. Its context
@@ -27,7 +29,7 @@ type LoadFunc[V any] func(ctx context.Context) (V, error)
 
 // Cache is a two-tier get-or-load cache that lets one load per key run at a
 // time: per process through in-process coalescing, and per fleet through the
-// optional [Lease]. Its methods are safe for concurrent use.
+// optional [remote.Lease]. Its methods are safe for concurrent use.
 type Cache[V any] struct {
 	cfg     config[V]
 	local   *otter.Cache[string, *entry[V]]
@@ -42,9 +44,9 @@ type Cache[V any] struct {
 	st     counters
 	brk    breaker
 
-	recorder Recorder      // NopRecorder without Options.Recorder
-	tracer   Tracer        // nopTracer unless the Recorder traces
-	events   EventRecorder // nopEvents unless the Recorder takes events
+	recorder observe.Recorder      // NopRecorder without Options.Recorder
+	tracer   observe.Tracer        // nopTracer unless the Recorder traces
+	events   observe.EventRecorder // nopEvents unless the Recorder takes events
 	loadDur  histogram
 	waitDur  histogram // lease losers' waits
 	queueDur histogram // limiter queue waits
@@ -124,7 +126,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 		return nil, err
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
-	if n, ok := cfg.Store.(Notifier); ok {
+	if n, ok := cfg.Store.(remote.Notifier); ok {
 		c.unsubscribe = n.Subscribe(c.noticed)
 	}
 	// The timers read their own fields under pins.mu: a short period may
@@ -154,10 +156,10 @@ func (c *Cache[V]) observe() {
 		c.shared = topk.New(cfg.ShareHotKeys)
 	}
 	c.tracer, c.events = nopTracer{}, nopEvents{}
-	if t, ok := c.recorder.(Tracer); ok {
+	if t, ok := c.recorder.(observe.Tracer); ok {
 		c.tracer = t
 	}
-	if ev, ok := c.recorder.(EventRecorder); ok {
+	if ev, ok := c.recorder.(observe.EventRecorder); ok {
 		c.events = ev
 	}
 }
@@ -186,9 +188,9 @@ func (c *Cache[V]) breakerChanged(open bool, cause error) {
 		c.trustFloor.Store(c.clk.now())
 	}
 	if open {
-		c.event(EventBreakerOpened, "", cause)
+		c.event(observe.EventBreakerOpened, "", cause)
 	} else {
-		c.event(EventBreakerClosed, "", nil)
+		c.event(observe.EventBreakerClosed, "", nil)
 	}
 }
 
@@ -342,7 +344,7 @@ func (c *Cache[V]) near(ctx context.Context, key string, e *entry[V], opts []Cal
 		return false, nil
 	}
 	c.markRead(e)
-	c.got(key, ResultStale)
+	c.got(key, observe.ResultStale)
 	return true, &c.st.staleRefreshes
 }
 
@@ -418,8 +420,8 @@ func (c *Cache[V]) remoteDone(ctx context.Context, at epoch, err error) {
 func (c *Cache[V]) served(e *entry[V]) (V, error) { return e.result() }
 
 // event hands an Event to the EventRecorder.
-func (c *Cache[V]) event(kind EventKind, key string, err error) {
-	c.events.RecordEvent(Event{Kind: kind, Key: key, Err: err})
+func (c *Cache[V]) event(kind observe.EventKind, key string, err error) {
+	c.events.RecordEvent(observe.Event{Kind: kind, Key: key, Err: err})
 }
 
 // span starts a span with the Tracer; end is never nil.
@@ -445,7 +447,7 @@ func (c *Cache[V]) loader(key string, load LoadFunc[V]) LoadFunc[V] {
 // means notices may have been lost. A local copy older than the change is
 // dropped when the change deleted the value, and otherwise marked
 // superseded: served while one read of the Store replaces it.
-func (c *Cache[V]) noticed(n Notice) {
+func (c *Cache[V]) noticed(n remote.Notice) {
 	if n.Tag != "" {
 		c.tags.learn(n.Tag, n.Fence) // entries with the tag are refused as they are read
 		return
@@ -541,7 +543,7 @@ func (c *Cache[V]) SetWithTTL(ctx context.Context, key string, v V, soft, hard t
 // a NoStale caller loads. Like Set and Invalidate it fences out every load
 // of key that began before it. With a Store, other replicas mark their
 // copies on the change notice (until then they serve them, as the
-// consistency contract allows); the Store must implement [Staler], or
+// consistency contract allows); the Store must implement [remote.Staler], or
 // MarkStale changes nothing and returns an error wrapping
 // [errors.ErrUnsupported]. When the Store cannot be reached, the local copy
 // is dropped and the error wraps [ErrDegraded].
@@ -549,7 +551,7 @@ func (c *Cache[V]) MarkStale(ctx context.Context, key string) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	st, ok := c.cfg.Store.(Staler)
+	st, ok := c.cfg.Store.(remote.Staler)
 	if c.cfg.Store != nil && !ok {
 		return fmt.Errorf("herd: mark stale %q: the Store cannot (it is not a Staler): %w", key, errors.ErrUnsupported)
 	}
@@ -611,7 +613,7 @@ func (c *Cache[V]) Invalidate(ctx context.Context, key string) error {
 // replicas, only with a Lease), and other replicas drop their local tiers
 // on the Store's notice, or within 2×NearTTL if it is lost. The Store
 // retires its keys in a few round trips whatever their number; it must be
-// a [Clearer], or InvalidateAll drops the local tier and returns an error
+// a [remote.Clearer], or InvalidateAll drops the local tier and returns an error
 // wrapping [errors.ErrUnsupported]. When the Store cannot be reached, the
 // local tier is dropped and the error wraps [ErrDegraded].
 func (c *Cache[V]) InvalidateAll(ctx context.Context) error {
@@ -622,7 +624,7 @@ func (c *Cache[V]) InvalidateAll(ctx context.Context) error {
 	c.dropAll()
 	var err error
 	if s := c.cfg.Store; s != nil {
-		if cl, ok := s.(Clearer); ok {
+		if cl, ok := s.(remote.Clearer); ok {
 			c.clears.Add(1) // before the call: its notice may come back before it returns
 			if err = c.remoteChange(ctx, "invalidate-all", "", func() error { return cl.InvalidateAll(ctx) }); err != nil {
 				c.ownClear() // no notice will come, or one that is taken for another replica's

@@ -17,6 +17,8 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/flight"
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // Behaviour tests of the single-process cache: no Store, no Lease. Everything
@@ -1120,8 +1122,8 @@ func (nopStore) Invalidate(context.Context, string) error                       
 
 type nopLease struct{}
 
-func (nopLease) Acquire(context.Context, string, time.Duration, time.Time) (herd.Grant, error) {
-	return herd.Grant{}, errors.New("nop")
+func (nopLease) Acquire(context.Context, string, time.Duration, time.Time) (remote.Grant, error) {
+	return remote.Grant{}, errors.New("nop")
 }
 func (nopLease) Extend(context.Context, string, string, time.Duration) (bool, error) {
 	return false, nil
@@ -1259,9 +1261,9 @@ var optionFields = func() []*regexp.Regexp {
 
 // nilForCache is a CacheRecorder whose ForCache returns nil, which New
 // refuses.
-type nilForCache struct{ herd.NopRecorder }
+type nilForCache struct{ observe.NopRecorder }
 
-func (nilForCache) ForCache(string) herd.Recorder { return nil }
+func (nilForCache) ForCache(string) observe.Recorder { return nil }
 
 // sameOptions is reflect.DeepEqual with NaN equal to NaN, and any two
 // Weighers equal (functions are never DeepEqual).

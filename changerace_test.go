@@ -16,6 +16,8 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // A change is atomic for the replica that makes it: once Invalidate,
@@ -114,7 +116,7 @@ func (rg raceRig) replica(t *testing.T, near, hard time.Duration, tune func(*her
 }
 
 // raceReplica returns a replica over r, as the rig says.
-func raceReplica(t *testing.T, rg raceRig, r herd.Store, near, hard time.Duration, tune func(*herd.Options[int])) *herd.Cache[int] {
+func raceReplica(t *testing.T, rg raceRig, r remote.Store, near, hard time.Duration, tune func(*herd.Options[int])) *herd.Cache[int] {
 	t.Helper()
 	o := &herd.Options[int]{
 		MaxEntries:  10_000,
@@ -128,7 +130,7 @@ func raceReplica(t *testing.T, rg raceRig, r herd.Store, near, hard time.Duratio
 		o.Store, o.NearTTL = r, near
 	}
 	if rg.lease {
-		o.Lease = r.(herd.Lease)
+		o.Lease = r.(remote.Lease)
 	}
 	if tune != nil {
 		tune(o)
@@ -487,7 +489,7 @@ func reloaded(ctx context.Context, c *herd.Cache[int], key string, vs *versions,
 // armed, until the test lets it go on: the replica has been told another
 // holds the lease and has not yet begun to wait for it.
 type contention struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	armed atomic.Pointer[contentionPoint]
 }
 
@@ -505,8 +507,8 @@ func (r *contention) arm(pause bool) *contentionPoint {
 	return p
 }
 
-func (r *contention) RecordLease(e herd.LeaseEvent, _ time.Duration) {
-	if e != herd.LeaseContended {
+func (r *contention) RecordLease(e observe.LeaseEvent, _ time.Duration) {
+	if e != observe.LeaseContended {
 		return
 	}
 	p := r.armed.Swap(nil)
@@ -682,7 +684,7 @@ type gatedStore struct {
 }
 
 func newGatedStore() *gatedStore {
-	return &gatedStore{Remote: memory.New(), notices: noticeGate{handled: make(chan herd.Notice, 64)}}
+	return &gatedStore{Remote: memory.New(), notices: noticeGate{handled: make(chan remote.Notice, 64)}}
 }
 
 type loadGate struct {
@@ -709,7 +711,7 @@ func (g *gatedStore) Load(ctx context.Context, key string) ([]byte, error) {
 	return env, err
 }
 
-func (g *gatedStore) Subscribe(fn func(herd.Notice)) (stop func()) {
+func (g *gatedStore) Subscribe(fn func(remote.Notice)) (stop func()) {
 	return g.Remote.Subscribe(g.notices.wrap(fn))
 }
 
@@ -717,7 +719,7 @@ func (g *gatedStore) Subscribe(fn func(herd.Notice)) (stop func()) {
 // each to handled (when there is room) once the cache has handled it.
 type noticeGate struct {
 	held    atomic.Pointer[chan struct{}]
-	handled chan herd.Notice
+	handled chan remote.Notice
 }
 
 // hold holds the notices from now until the returned function is first
@@ -729,8 +731,8 @@ func (ng *noticeGate) hold() (release func()) {
 	return func() { once.Do(func() { ng.held.Store(nil); close(ch) }) }
 }
 
-func (ng *noticeGate) wrap(fn func(herd.Notice)) func(herd.Notice) {
-	return func(n herd.Notice) {
+func (ng *noticeGate) wrap(fn func(remote.Notice)) func(remote.Notice) {
+	return func(n remote.Notice) {
 		if h := ng.held.Load(); h != nil {
 			select {
 			case <-*h:

@@ -16,6 +16,8 @@ import (
 	"github.com/herdcache/herd/flight"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 )
 
@@ -27,8 +29,8 @@ import (
 // them through. It is a Store and a Lease only (not a Notifier nor a
 // WriteReleaser), so that no change notice tidies up behind the cache.
 type slowTier struct {
-	herd.Store
-	herd.Lease
+	remote.Store
+	remote.Lease
 	// entered receives the name of each gated call before it blocks.
 	entered chan string
 	// gates holds, by call name ("set", "invalidate", "write", "release"),
@@ -77,9 +79,9 @@ func (s *slowTier) Write(ctx context.Context, key string, env []byte, fence uint
 	return s.Store.Write(ctx, key, env, fence, ttl)
 }
 
-func (s *slowTier) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (s *slowTier) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	if s.acquires.Add(1) > 100 {
-		return herd.Grant{}, errors.New("slowTier: over 100 acquisitions: a miss is looping")
+		return remote.Grant{}, errors.New("slowTier: over 100 acquisitions: a miss is looping")
 	}
 	return s.Lease.Acquire(ctx, key, ttl, after)
 }
@@ -269,14 +271,14 @@ var errBadKey = errors.New("bad key state")
 
 func (r rejectingTier) Load(ctx context.Context, key string) ([]byte, error) {
 	if strings.HasPrefix(key, "bad") {
-		return nil, errors.Join(herd.ErrRejected, errBadKey)
+		return nil, errors.Join(remote.ErrRejected, errBadKey)
 	}
 	return r.Remote.Load(ctx, key)
 }
 
-func (r rejectingTier) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (r rejectingTier) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	if strings.HasPrefix(key, "bad") {
-		return herd.Grant{}, errors.Join(herd.ErrRejected, errBadKey)
+		return remote.Grant{}, errors.Join(remote.ErrRejected, errBadKey)
 	}
 	return r.Remote.Acquire(ctx, key, ttl, after)
 }
@@ -288,8 +290,8 @@ func TestRejectedCallsDoNotTripBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		opts := func(tier interface {
-			herd.Store
-			herd.Lease
+			remote.Store
+			remote.Lease
 		}) *herd.Options[int] {
 			o := fleetOptions(r)
 			o.Store, o.Lease = tier, tier
@@ -520,12 +522,12 @@ func TestUndecodableValueTakesNoLease(t *testing.T) {
 
 // leaseCounter counts the LeaseLost events a cache reports.
 type leaseCounter struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	lost *atomic.Int64
 }
 
-func (l leaseCounter) RecordLease(e herd.LeaseEvent, _ time.Duration) {
-	if e == herd.LeaseLost {
+func (l leaseCounter) RecordLease(e observe.LeaseEvent, _ time.Duration) {
+	if e == observe.LeaseLost {
 		l.lost.Add(1)
 	}
 }

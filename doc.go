@@ -2,9 +2,9 @@
 // a thundering herd on the backing store.
 //
 // A [Cache] answers Get from a local tier of decoded values and, when a
-// [Store] is configured, a remote tier shared by every replica. On a miss it
+// [remote.Store] is configured, a remote tier shared by every replica. On a miss it
 // lets one load per key run at a time in the process (coalescing), and with a
-// [Lease] one per fleet; early refresh (XFetch), stale-while-revalidate, TTL
+// [remote.Lease] one per fleet; early refresh (XFetch), stale-while-revalidate, TTL
 // jitter and a backing-store [limiter.Limiter] keep that one load off the
 // readers' path and within the backing store's capacity.
 //
@@ -25,7 +25,7 @@
 //     Invalidate returned never writes its value into either tier
 //     afterwards: in this process the local generation refuses it, and Set
 //     and Invalidate wait for this process's own writes of the key to the
-//     Store to land first; with a [Lease], the remote fence refuses it on
+//     Store to land first; with a [remote.Lease], the remote fence refuses it on
 //     every replica. Callers that had already joined that load may still
 //     receive its value.
 //   - A load's callers get its value as soon as it returns; its write to the
@@ -122,7 +122,7 @@
 // lease time the holder had left has passed: meanwhile its stale reads are
 // served at once and start no refresh, its FailFast misses fail fast
 // without asking, and its Wait losers re-read the Store between notices.
-// With a Lease that is a [Watcher], the holder's completion is listened for
+// With a Lease that is a [remote.Watcher], the holder's completion is listened for
 // from before the attempt that found the lease held, so a completion that
 // comes before the wait begins, or a holder that ended its lease without a
 // value, ends the wait at once. LeaseWait bounds the wait for each holder:

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/xfetch"
 )
@@ -543,9 +544,9 @@ func valueHash(key string, softMs int64) uint64 {
 }
 
 // freshResult is how a Get served e, fresh, was answered.
-func (e *entry[V]) freshResult() GetResult {
+func (e *entry[V]) freshResult() observe.GetResult {
 	if e.negative {
-		return ResultNegative
+		return observe.ResultNegative
 	}
-	return ResultHit
+	return observe.ResultHit
 }

@@ -39,13 +39,6 @@ var (
 	// it ran out of its bounded attempts.
 	ErrNoFreshValue = errors.New("herd: no fresh value")
 
-	// ErrRejected is wrapped by the errors of [Store] and [Lease] calls that
-	// the remote tier answered but refused for that call alone: invalid
-	// arguments, or a key whose stored state it cannot use (a fence key that
-	// holds no fence, a value of the wrong type). Such an error says nothing
-	// of the tier's health, so it never counts towards opening the breaker.
-	ErrRejected = errors.New("herd: rejected by the remote tier")
-
 	// ErrNoLoader is returned by Get when neither the call nor the options
 	// give a load function.
 	ErrNoLoader = errors.New("herd: no load function")

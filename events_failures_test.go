@@ -12,15 +12,16 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/observe"
 )
 
 // failureEvents is a Recorder that keeps every event it is given, with the
 // request value of the context of each that came with one, and counts the
 // fenced writes.
 type failureEvents struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	mu     sync.Mutex
-	events []herd.Event
+	events []observe.Event
 	reqs   []any // ctx.Value(reqKey{}) of each event; nil when it came without a context
 	fenced int
 }
@@ -30,21 +31,21 @@ type ctxEvents struct{ *failureEvents }
 
 type reqKey struct{}
 
-func (r *failureEvents) RecordEvent(e herd.Event) { r.add(e, nil) }
+func (r *failureEvents) RecordEvent(e observe.Event) { r.add(e, nil) }
 
-func (r ctxEvents) RecordEventContext(ctx context.Context, e herd.Event) {
+func (r ctxEvents) RecordEventContext(ctx context.Context, e observe.Event) {
 	r.add(e, ctx.Value(reqKey{}))
 }
 
-func (r *failureEvents) add(e herd.Event, req any) {
+func (r *failureEvents) add(e observe.Event, req any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 	r.reqs = append(r.reqs, req)
 }
 
-func (r *failureEvents) RecordLease(e herd.LeaseEvent, _ time.Duration) {
-	if e == herd.LeaseFenced {
+func (r *failureEvents) RecordLease(e observe.LeaseEvent, _ time.Duration) {
+	if e == observe.LeaseFenced {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.fenced++
@@ -53,7 +54,7 @@ func (r *failureEvents) RecordLease(e herd.LeaseEvent, _ time.Duration) {
 
 // of returns the events of kind, with the request values that came with
 // them.
-func (r *failureEvents) of(kind herd.EventKind) (es []herd.Event, reqs []any) {
+func (r *failureEvents) of(kind observe.EventKind) (es []observe.Event, reqs []any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, e := range r.events {
@@ -78,9 +79,9 @@ func TestEventsEncodeFailed(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := memory.New()
 				rec := &failureEvents{}
-				var hr herd.Recorder = rec
+				var hr observe.Recorder = rec
 				if c.withCtx {
-					hr = herd.Recorders(ctxEvents{rec})
+					hr = observe.Recorders(ctxEvents{rec})
 				}
 				cache, err := herd.New(&herd.Options[float64]{
 					MaxEntries: 10, SoftTTL: time.Minute, Codec: herd.JSON[float64](),
@@ -107,7 +108,7 @@ func TestEventsEncodeFailed(t *testing.T) {
 				if loads != 2 {
 					t.Errorf("%d loads, want 2: the value must not be cached", loads)
 				}
-				es, reqs := rec.of(herd.EventEncodeFailed)
+				es, reqs := rec.of(observe.EventEncodeFailed)
 				if len(es) != 2 {
 					t.Fatalf("%d encode events (all events: %v), want one per load, 2", len(es), rec.events)
 				}
@@ -119,7 +120,7 @@ func TestEventsEncodeFailed(t *testing.T) {
 						t.Errorf("event %d came with request %v, want %v", i, reqs[i], want)
 					}
 				}
-				if es, _ := rec.of(herd.EventWriteBackFailed); len(es) != 0 {
+				if es, _ := rec.of(observe.EventWriteBackFailed); len(es) != 0 {
 					t.Errorf("write-back events %v for a value never written", es)
 				}
 				if st := cache.Stats(); st.EncodeErrors != 2 || st.WriteBackErrors != 0 {
@@ -176,7 +177,7 @@ func TestEventsWriteBackFailed(t *testing.T) {
 					t.Fatalf("Get: %v; want 7 served", err)
 				}
 				synctest.Wait() // the write-back has ended
-				es, _ := rec.of(herd.EventWriteBackFailed)
+				es, _ := rec.of(observe.EventWriteBackFailed)
 				if len(es) != 1 || es[0].Key != key || !errors.Is(es[0].Err, errRemoteRefused) {
 					t.Fatalf("write-back events %+v (all events: %v), want one for %q with the Store's error", es, rec.events, key)
 				}
@@ -225,7 +226,7 @@ func TestEventsFencedWriteIsNoFailure(t *testing.T) {
 		if fenced != 1 {
 			t.Fatalf("%d fenced writes, want 1", fenced)
 		}
-		if es, _ := rec.of(herd.EventWriteBackFailed); len(es) != 0 {
+		if es, _ := rec.of(observe.EventWriteBackFailed); len(es) != 0 {
 			t.Errorf("write-back events %v for a fenced write, want none", es)
 		}
 		if st := a.Stats(); st.WriteBackErrors != 0 || st.FencedWrites != 1 {
@@ -235,9 +236,9 @@ func TestEventsFencedWriteIsNoFailure(t *testing.T) {
 }
 
 func TestEventKindNames(t *testing.T) {
-	for k, want := range map[herd.EventKind]string{
-		herd.EventWriteBackFailed: "write-back-failed",
-		herd.EventEncodeFailed:    "encode-failed",
+	for k, want := range map[observe.EventKind]string{
+		observe.EventWriteBackFailed: "write-back-failed",
+		observe.EventEncodeFailed:    "encode-failed",
 	} {
 		if got := k.String(); got != want {
 			t.Errorf("EventKind(%d).String() = %q, want %q", k, got, want)
@@ -275,7 +276,7 @@ func TestEventsWriteBackFailedBatch(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		es, _ := rec.of(herd.EventWriteBackFailed)
+		es, _ := rec.of(observe.EventWriteBackFailed)
 		seen := map[string]int{}
 		for _, e := range es {
 			if !errors.Is(e.Err, errRemoteRefused) {

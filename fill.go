@@ -9,6 +9,8 @@ import (
 
 	"github.com/herdcache/herd/flight"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // The fill: the one pipeline of a miss (Get's, as a batch of one key, or
@@ -110,7 +112,7 @@ type batchFill[V any] struct {
 	// hits holds the keys the Store served fresh, with how: each counts so
 	// (a hit or a negative) when the batch counts its keys, and every other
 	// key as a miss.
-	hits map[string]GetResult
+	hits map[string]observe.GetResult
 }
 
 // pendingLoad is a key of a batch that this replica loads: under held, or
@@ -186,7 +188,7 @@ func batchOf[V any](key string, load LoadFunc[V]) BatchLoadFunc[V] {
 // replica is loading (lose). With count, each key is counted as a hit or
 // a miss before its callers see it.
 func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchLoadFunc[V], refresh bool, settle func(string, *entry[V], error), count bool) {
-	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes(), hits: map[string]GetResult{}}
+	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes(), hits: map[string]observe.GetResult{}}
 	defer c.closeSet(ctx, b.leases)
 	if count {
 		defer b.count(fs)()
@@ -226,11 +228,11 @@ func (b *batchFill[V]) count(fs []*fillState[V]) (end func()) {
 		counted[key] = true
 		if r, ok := b.hits[key]; ok {
 			c.got(key, r)
-			if r == ResultHit {
+			if r == observe.ResultHit {
 				c.st.remoteHits.add(1)
 			}
 		} else {
-			c.got(key, ResultMiss)
+			c.got(key, observe.ResultMiss)
 		}
 	}
 	b.settle = func(key string, e *entry[V], err error) {
@@ -442,7 +444,7 @@ func (b *batchFill[V]) fromPre(ctx context.Context, fs []*fillState[V]) (ask []*
 
 // answered settles f by a, the lease's answer got, or adds it to the keys
 // to load (this replica's lease) or to the losers (another's).
-func (b *batchFill[V]) answered(f *fillState[V], a attempt[V], got Acquired, loads []pendingLoad[V], losers []loser[V]) ([]pendingLoad[V], []loser[V]) {
+func (b *batchFill[V]) answered(f *fillState[V], a attempt[V], got remote.Acquired, loads []pendingLoad[V], losers []loser[V]) ([]pendingLoad[V], []loser[V]) {
 	c := b.c
 	f.remoteUp = got.Err == nil
 	if got.Stale != nil && f.mode == foreground {
@@ -631,7 +633,7 @@ func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V], gu
 		if p.early {
 			if serr != nil {
 				c.st.refreshFailures.add(1)
-				c.event(EventRefreshFailed, p.f.key, serr)
+				c.event(observe.EventRefreshFailed, p.f.key, serr)
 				c.backOff(p.f.old, 0)
 			}
 			continue // settled already, with the stale value

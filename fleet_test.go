@@ -12,6 +12,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/remote"
 )
 
 // Behaviour tests of a fleet: several Cache values sharing one memory.Remote
@@ -612,15 +613,15 @@ func TestFleetNearCacheDropsOnNotice(t *testing.T) {
 
 // fleetDeaf is a Store that hides the Notifier of the Store it wraps: a
 // replica over it misses every change notice.
-type fleetDeaf struct{ herd.Store }
+type fleetDeaf struct{ remote.Store }
 
 func TestFleetNearCacheLostNoticeBoundedByTwiceNearTTL(t *testing.T) {
 	const near = 5 * time.Second
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		deaf := fleetDeaf{r}
-		if _, ok := any(deaf).(herd.Notifier); ok {
-			t.Fatal("fleetDeaf implements herd.Notifier")
+		if _, ok := any(deaf).(remote.Notifier); ok {
+			t.Fatal("fleetDeaf implements remote.Notifier")
 		}
 		a := fleetReplica(t, r, func(o *herd.Options[int]) { o.NearTTL = near })
 		b := fleetReplica(t, r, func(o *herd.Options[int]) {
@@ -687,7 +688,7 @@ func TestFleetNearCacheReReadAtTwiceNearTTL(t *testing.T) {
 // fleetFlaky is a Store whose Loads fail while failing is set; it hides the
 // Notifier of the Store it wraps.
 type fleetFlaky struct {
-	herd.Store
+	remote.Store
 	failing atomic.Bool
 }
 
@@ -874,7 +875,7 @@ func fleetStoreDownDegrades(t *testing.T, mod func(*herd.Options[int])) {
 // fleetGatedStore is a Store whose Load, once armed, waits until the gate
 // is opened.
 type fleetGatedStore struct {
-	herd.Store
+	remote.Store
 	mu   sync.Mutex
 	gate chan struct{} // nil: Load does not wait
 }

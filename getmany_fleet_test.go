@@ -12,6 +12,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/remote"
 )
 
 // keyLoads counts, across a fleet, how often each key was given to a
@@ -244,12 +245,12 @@ func TestFleetGetManyInvalidationAcrossReplicas(t *testing.T) {
 // singleCalls hides the batch operations of a memory.Remote, so that a
 // cache falls back to one call per key.
 type singleCalls struct {
-	herd.Store
-	herd.Lease
+	remote.Store
+	remote.Lease
 }
 
-func (s singleCalls) Subscribe(fn func(herd.Notice)) func() {
-	return s.Store.(herd.Notifier).Subscribe(fn)
+func (s singleCalls) Subscribe(fn func(remote.Notice)) func() {
+	return s.Store.(remote.Notifier).Subscribe(fn)
 }
 
 // TestFleetGetManyFallsBackToSingleCalls: a remote tier without the batch
@@ -260,7 +261,7 @@ func TestFleetGetManyFallsBackToSingleCalls(t *testing.T) {
 		tier := singleCalls{Store: r, Lease: r}
 		mod := func(o *herd.Options[int]) { o.Store, o.Lease, o.OnLeaseHeld = tier, tier, herd.Wait }
 		cs := fleetReplicas(t, 3, r, mod)
-		if _, ok := herd.Store(tier).(herd.BatchStore); ok {
+		if _, ok := remote.Store(tier).(remote.BatchStore); ok {
 			t.Fatal("the wrapper still offers the batch contracts")
 		}
 		keys := batchKeys("one", 20)

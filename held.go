@@ -6,6 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // The leases this replica holds. A fill holds its leases in a leaseSet,
@@ -31,7 +34,7 @@ type heldLease struct {
 }
 
 // newLease is the lease g grants on key, asked for at sent.
-func (c *Cache[V]) newLease(key string, g Grant, sent int64) *heldLease {
+func (c *Cache[V]) newLease(key string, g remote.Grant, sent int64) *heldLease {
 	h := &heldLease{key: key, token: g.Token, fence: g.Fence}
 	h.lapse.Store(addTime(sent, c.cfg.LeaseTTL))
 	return h
@@ -122,7 +125,7 @@ func (s *leaseSet) lost(h *heldLease) {
 
 // watchSet starts s's watchdog once s holds a lease: every LeaseTTL/3 it
 // extends the leases still held, in one call when the Lease is a
-// [BatchLease], each round bounded by extendBudget, until closeSet, ctx
+// [remote.BatchLease], each round bounded by extendBudget, until closeSet, ctx
 // (bounded by the loads' own deadline) ends or the cache closes. A load
 // that lost its lease may finish, but its write is fenced.
 func (c *Cache[V]) watchSet(ctx context.Context, s *leaseSet) {
@@ -164,11 +167,11 @@ func (c *Cache[V]) extendSet(ctx context.Context, s *leaseSet) {
 	ectx, cancel := context.WithTimeout(ctx, extendBudget(ttl, len(hs)))
 	defer cancel()
 	sent, at := c.clk.now(), c.brk.at()
-	outs := make([]Outcome, len(hs))
-	if bl, ok := c.cfg.Lease.(BatchLease); ok && len(hs) > 1 {
-		keys := make([]HeldKey, len(hs))
+	outs := make([]remote.Outcome, len(hs))
+	if bl, ok := c.cfg.Lease.(remote.BatchLease); ok && len(hs) > 1 {
+		keys := make([]remote.HeldKey, len(hs))
 		for i, h := range hs {
-			keys[i] = HeldKey{Key: h.key, Token: h.token}
+			keys[i] = remote.HeldKey{Key: h.key, Token: h.token}
 		}
 		copy(outs, bl.ExtendMany(ectx, keys, ttl))
 	} else {
@@ -176,7 +179,7 @@ func (c *Cache[V]) extendSet(ctx context.Context, s *leaseSet) {
 			outs[i].OK, outs[i].Err = c.cfg.Lease.Extend(ectx, h.key, h.token, ttl)
 		}
 	}
-	c.remoteDone(ectx, at, firstErr(outs, func(o Outcome) error { return o.Err }))
+	c.remoteDone(ectx, at, firstErr(outs, func(o remote.Outcome) error { return o.Err }))
 	for i, o := range outs {
 		h := hs[i]
 		switch {
@@ -184,8 +187,8 @@ func (c *Cache[V]) extendSet(ctx context.Context, s *leaseSet) {
 		case !o.OK:
 			s.lost(h)
 			c.st.leaseLost.add(1)
-			c.leaseEvent(LeaseLost, 0)
-			c.event(EventLeaseLost, h.key, nil)
+			c.leaseEvent(observe.LeaseLost, 0)
+			c.event(observe.EventLeaseLost, h.key, nil)
 		default:
 			h.lapse.Store(addTime(sent, ttl))
 			c.st.leaseExtended.add(1)
@@ -227,7 +230,7 @@ func (c *Cache[V]) closeSet(ctx context.Context, s *leaseSet) {
 
 // sendEnds sends ends in the background: the write-back of each value
 // loaded and the release of each lease, in one call when the Lease is a
-// [BatchLease] and there are several. A write that failed (the Store
+// [remote.BatchLease] and there are several. A write that failed (the Store
 // refused it or could not be reached) is followed by a release of its
 // own, so that the lease ends and its completion is announced even when
 // the write's call never reached the Store.
@@ -253,13 +256,13 @@ func (c *Cache[V]) sendEnds(ctx context.Context, ends []leaseEnd) {
 
 // endLeases makes the calls that end ends, and records their outcome for
 // the breaker.
-func (c *Cache[V]) endLeases(ctx context.Context, ends []leaseEnd) []Outcome {
-	outs := make([]Outcome, len(ends))
+func (c *Cache[V]) endLeases(ctx context.Context, ends []leaseEnd) []remote.Outcome {
+	outs := make([]remote.Outcome, len(ends))
 	at := c.brk.at()
-	if bl, ok := c.cfg.Lease.(BatchLease); ok && len(ends) > 1 {
-		writes := make([]HeldWrite, len(ends))
+	if bl, ok := c.cfg.Lease.(remote.BatchLease); ok && len(ends) > 1 {
+		writes := make([]remote.HeldWrite, len(ends))
 		for i, e := range ends {
-			writes[i] = HeldWrite{HeldKey: HeldKey{Key: e.h.key, Token: e.h.token}, Env: e.env, Fence: e.h.fence, TTL: e.ttl}
+			writes[i] = remote.HeldWrite{HeldKey: remote.HeldKey{Key: e.h.key, Token: e.h.token}, Env: e.env, Fence: e.h.fence, TTL: e.ttl}
 		}
 		copy(outs, bl.WriteReleaseMany(ctx, writes))
 	} else {
@@ -271,13 +274,13 @@ func (c *Cache[V]) endLeases(ctx context.Context, ends []leaseEnd) []Outcome {
 			outs[i].OK, outs[i].Err = c.writeRelease(ctx, e.h, e.env, e.ttl)
 		}
 	}
-	c.remoteDone(ctx, at, firstErr(outs, func(o Outcome) error { return o.Err }))
+	c.remoteDone(ctx, at, firstErr(outs, func(o remote.Outcome) error { return o.Err }))
 	return outs
 }
 
 // writeRelease writes env under h's fence and releases h.
 func (c *Cache[V]) writeRelease(ctx context.Context, h *heldLease, env []byte, ttl time.Duration) (bool, error) {
-	if wr, ok := c.cfg.Lease.(WriteReleaser); ok {
+	if wr, ok := c.cfg.Lease.(remote.WriteReleaser); ok {
 		return wr.WriteRelease(ctx, h.key, env, h.fence, ttl, h.token)
 	}
 	wrote, err := c.cfg.Store.Write(ctx, h.key, env, h.fence, ttl)
@@ -297,7 +300,7 @@ func (c *Cache[V]) leaseEnded(e leaseEnd, wrote bool, err error) {
 			e.refused()
 		}
 		c.st.fencedWrites.add(1)
-		c.recorder.RecordLease(LeaseFenced, 0)
+		c.recorder.RecordLease(observe.LeaseFenced, 0)
 	case e.accepted != nil:
 		e.accepted()
 	}

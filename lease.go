@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // leaseOutcome is what this replica learnt from the lease of a key.
@@ -65,7 +68,7 @@ func (c *Cache[V]) heldElsewhere(key string, now int64, wake func(*completion)) 
 // again before it ends: its completion (told watches for it, from before
 // the acquisition), its notice, its time passing, or, when this replica
 // holds it, its own release. told is given up unless the lease is held.
-func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err error, sent int64, told *completion) (attempt[V], error) {
+func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g remote.Grant, err error, sent int64, told *completion) (attempt[V], error) {
 	if err != nil || g.Value != nil {
 		told.stop()
 	}
@@ -78,13 +81,13 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err er
 		return c.foundAttempt(ctx, key, g, sent)
 	case g.Token != "":
 		c.st.leaseAcquired.add(1)
-		c.leaseEvent(LeaseAcquired, 0)
+		c.leaseEvent(observe.LeaseAcquired, 0)
 		h := c.newLease(key, g, sent)
 		c.gens.markHeld(key, h.lapse.Load(), sent, told) // until its release is announced
 		return attempt[V]{outcome: leaseGranted, held: h}, nil
 	}
 	c.st.leaseContended.add(1)
-	c.leaseEvent(LeaseContended, 0)
+	c.leaseEvent(observe.LeaseContended, 0)
 	now := c.clk.now()
 	until := addTime(now, max(g.HeldFor, time.Millisecond))
 	c.gens.markHeld(key, until, now, told)
@@ -95,7 +98,7 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g Grant, err er
 // key sent at sent, registered for with w before it was sent: w is both
 // what the replica remembers of the holder and, when the lease is held,
 // the attempt's watch; otherwise the attempt gives it up.
-func (c *Cache[V]) answerAttempt(ctx context.Context, key string, got Acquired, sent int64, w *completion) (attempt[V], error) {
+func (c *Cache[V]) answerAttempt(ctx context.Context, key string, got remote.Acquired, sent int64, w *completion) (attempt[V], error) {
 	a, err := c.grantAttempt(ctx, key, got.Grant, got.Err, sent, w.share())
 	if a.outcome == leaseHeld && err == nil {
 		a.watch = w
@@ -109,7 +112,7 @@ func (c *Cache[V]) answerAttempt(ctx context.Context, key string, got Acquired, 
 // or leaseUndecodable when it does not decode. A value a tag retired is
 // asked for once more, for a newer value or the lease; one retired again
 // is loaded over, unfenced.
-func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g Grant, sent int64) (attempt[V], error) {
+func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g remote.Grant, sent int64) (attempt[V], error) {
 	e, ok := c.decode(key, g.Value)
 	if ok && !c.usable(e) {
 		told, at := c.watch(key, nil), c.brk.at()
@@ -131,8 +134,8 @@ func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g Grant, sent i
 
 // leaseEvent counts a lease event for the Recorder and, for losers' waits,
 // the wait histogram.
-func (c *Cache[V]) leaseEvent(e LeaseEvent, wait time.Duration) {
-	if e == LeaseWoken || e == LeaseWaitTimeout || e == LeaseWaitAbandoned {
+func (c *Cache[V]) leaseEvent(e observe.LeaseEvent, wait time.Duration) {
+	if e == observe.LeaseWoken || e == observe.LeaseWaitTimeout || e == observe.LeaseWaitAbandoned {
 		c.waitDur.observe(wait)
 	}
 	c.recorder.RecordLease(e, wait)

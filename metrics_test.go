@@ -15,13 +15,14 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/observe"
 )
 
 // stampedeStats has callers Get one missing key at once while the load waits
 // until every caller has arrived (or, with coalescing, joined), and returns
 // the stats after.
-func stampedeStats(t *testing.T, callers int, disableCoalescing bool) herd.Stats {
-	var stats herd.Stats
+func stampedeStats(t *testing.T, callers int, disableCoalescing bool) observe.Stats {
+	var stats observe.Stats
 	synctest.Test(t, func(t *testing.T) {
 		c := herd.Must(herd.New(&herd.Options[string]{
 			MaxEntries: 10, SoftTTL: time.Minute, DisableCoalescing: disableCoalescing, HotKeys: 5,
@@ -119,14 +120,14 @@ type recorder struct {
 	shed     []string // reasons, "background" appended for refreshes; guarded by mu
 }
 
-func (r *recorder) RecordGet(res herd.GetResult) { r.gets[res].Add(1) }
+func (r *recorder) RecordGet(res observe.GetResult) { r.gets[res].Add(1) }
 func (r *recorder) RecordLoad(_ time.Duration, err error, _ bool) {
 	r.loads.Add(1)
 	if errors.Is(err, herd.ErrNotFound) {
 		r.notFound.Add(1)
 	}
 }
-func (r *recorder) RecordLease(herd.LeaseEvent, time.Duration) {}
+func (r *recorder) RecordLease(observe.LeaseEvent, time.Duration) {}
 func (r *recorder) RecordShed(reason string, background bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -135,7 +136,7 @@ func (r *recorder) RecordShed(reason string, background bool) {
 	}
 	r.shed = append(r.shed, reason)
 }
-func (r *recorder) RecordEvent(e herd.Event) { r.events.Store(e.Kind, e) }
+func (r *recorder) RecordEvent(e observe.Event) { r.events.Store(e.Kind, e) }
 
 // A fresh negative entry is answered as ResultNegative, counted in
 // NegativeHits and not in Hits, from the local tier and from the Store; a
@@ -143,7 +144,7 @@ func (r *recorder) RecordEvent(e herd.Event) { r.events.Store(e.Kind, e) }
 func TestRecorderNegativeAndNotFound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
-		mk := func(rec herd.Recorder) *herd.Cache[int] {
+		mk := func(rec observe.Recorder) *herd.Cache[int] {
 			return fleetReplica(t, r, func(o *herd.Options[int]) {
 				o.NegativeTTL = time.Minute
 				o.Recorder = rec
@@ -164,10 +165,10 @@ func TestRecorderNegativeAndNotFound(t *testing.T) {
 		if n := loads.Load(); n != 1 {
 			t.Fatalf("%d loads, want 1", n)
 		}
-		if got := [4]int64{recA.gets[herd.ResultHit].Load(), recA.gets[herd.ResultStale].Load(), recA.gets[herd.ResultNegative].Load(), recA.gets[herd.ResultMiss].Load()}; got != [4]int64{0, 0, 2, 1} {
+		if got := [4]int64{recA.gets[observe.ResultHit].Load(), recA.gets[observe.ResultStale].Load(), recA.gets[observe.ResultNegative].Load(), recA.gets[observe.ResultMiss].Load()}; got != [4]int64{0, 0, 2, 1} {
 			t.Errorf("replica a's gets (hit, stale, negative, miss) = %v, want [0 0 2 1]", got)
 		}
-		if n := recB.gets[herd.ResultNegative].Load(); n != 1 {
+		if n := recB.gets[observe.ResultNegative].Load(); n != 1 {
 			t.Errorf("replica b recorded %d negative gets from the Store, want 1", n)
 		}
 		if recA.loads.Load() != 1 || recA.notFound.Load() != 1 {
@@ -219,12 +220,12 @@ func TestRecorderShed(t *testing.T) {
 
 // named is a CacheRecorder that notes the names it is given.
 type named struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	name  string
 	names *[]string
 }
 
-func (n named) ForCache(name string) herd.Recorder {
+func (n named) ForCache(name string) observe.Recorder {
 	*n.names = append(*n.names, name)
 	return named{name: name, names: n.names}
 }
@@ -235,7 +236,7 @@ func TestCacheRecorder(t *testing.T) {
 	var names []string
 	for _, name := range []string{"users", ""} {
 		o := testOptions()
-		o.Name, o.Recorder = name, herd.Recorders(named{names: &names})
+		o.Name, o.Recorder = name, observe.Recorders(named{names: &names})
 		newCache(t, o)
 	}
 	if want := []string{"users", "default"}; !slices.Equal(names, want) {
@@ -248,9 +249,9 @@ func TestCacheRecorder(t *testing.T) {
 	}
 }
 
-type nilRecorder struct{ herd.NopRecorder }
+type nilRecorder struct{ observe.NopRecorder }
 
-func (nilRecorder) ForCache(string) herd.Recorder { return nil }
+func (nilRecorder) ForCache(string) observe.Recorder { return nil }
 
 func TestRecorder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -273,14 +274,14 @@ func TestRecorder(t *testing.T) {
 		fail = true
 		c.Get(ctx, "k", load) // stale; its refresh fails
 		synctest.Wait()
-		if rec.gets[herd.ResultMiss].Load() != 1 || rec.gets[herd.ResultHit].Load() != 1 || rec.gets[herd.ResultStale].Load() != 1 {
+		if rec.gets[observe.ResultMiss].Load() != 1 || rec.gets[observe.ResultHit].Load() != 1 || rec.gets[observe.ResultStale].Load() != 1 {
 			t.Errorf("gets: miss %d hit %d stale %d; want 1 each",
-				rec.gets[herd.ResultMiss].Load(), rec.gets[herd.ResultHit].Load(), rec.gets[herd.ResultStale].Load())
+				rec.gets[observe.ResultMiss].Load(), rec.gets[observe.ResultHit].Load(), rec.gets[observe.ResultStale].Load())
 		}
 		if rec.loads.Load() != 2 {
 			t.Errorf("loads recorded %d, want 2", rec.loads.Load())
 		}
-		if _, ok := rec.events.Load(herd.EventRefreshFailed); !ok {
+		if _, ok := rec.events.Load(observe.EventRefreshFailed); !ok {
 			t.Error("a failed refresh raised no event")
 		}
 	})
@@ -299,15 +300,15 @@ func (t *tracer) StartSpan(ctx context.Context, op, key string) (context.Context
 func TestRecorders(t *testing.T) {
 	plain, traced := &recorder{}, &tracer{}
 	c := herd.Must(herd.New(&herd.Options[string]{
-		MaxEntries: 10, SoftTTL: time.Minute, Recorder: herd.Recorders(plain, nil, traced),
+		MaxEntries: 10, SoftTTL: time.Minute, Recorder: observe.Recorders(plain, nil, traced),
 	}))
 	defer c.Close(context.Background())
 	c.Get(context.Background(), "k", func(ctx context.Context) (string, error) { return "v", nil })
 	c.Get(context.Background(), "k", nil)
 	for _, r := range []*recorder{plain, &traced.recorder} {
-		if r.gets[herd.ResultMiss].Load() != 1 || r.gets[herd.ResultHit].Load() != 1 || r.loads.Load() != 1 {
+		if r.gets[observe.ResultMiss].Load() != 1 || r.gets[observe.ResultHit].Load() != 1 || r.loads.Load() != 1 {
 			t.Errorf("a member saw miss %d hit %d loads %d, want 1 each",
-				r.gets[herd.ResultMiss].Load(), r.gets[herd.ResultHit].Load(), r.loads.Load())
+				r.gets[observe.ResultMiss].Load(), r.gets[observe.ResultHit].Load(), r.loads.Load())
 		}
 	}
 	if want := []string{"start herd.load", "end herd.load"}; fmt.Sprint(traced.spans) != fmt.Sprint(want) {

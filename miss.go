@@ -3,6 +3,8 @@ package herd
 import (
 	"context"
 	"fmt"
+
+	"github.com/herdcache/herd/observe"
 )
 
 // Get's miss. Get comes here when its local tier has nothing to serve: it
@@ -18,7 +20,7 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 	e, pre := c.readShared(ctx, key, co)
 	if e != nil {
 		if e.stale(c.clk.now()) {
-			c.got(key, ResultStale)
+			c.got(key, observe.ResultStale)
 			c.refresh(ctx, key, load, e, &c.st.staleRefreshes)
 		} else {
 			c.got(key, e.freshResult())
@@ -28,7 +30,7 @@ func (c *Cache[V]) miss(ctx context.Context, key string, load LoadFunc[V], co ca
 		}
 		return c.served(e)
 	}
-	c.got(key, ResultMiss)
+	c.got(key, observe.ResultMiss)
 	for attempt := range maxMissAttempts {
 		if attempt > 0 {
 			if err := ctx.Err(); err != nil {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/herdcache/herd/internal/jitter"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // LoserPolicy says what a replica does on a miss when another replica holds
@@ -135,7 +137,7 @@ type Options[V any] struct {
 
 	// Store is the remote tier shared by replicas. Nil means this process is
 	// the whole fleet: the local tier is the only tier.
-	Store Store
+	Store remote.Store
 	// NearTTL is, with a Store, how long a local copy is trusted as it is.
 	// Past NearTTL, and until it is 2×NearTTL old, the copy is still served
 	// at once while one read of the Store replaces it in the background;
@@ -151,7 +153,7 @@ type Options[V any] struct {
 	// replica loads once per key (in-process coalescing only), and its writes
 	// to the Store are not fenced against other replicas' Set and Invalidate.
 	// A Lease needs a Store.
-	Lease Lease
+	Lease remote.Lease
 	// LeaseTTL is how long a lease lasts without extension; while a load runs
 	// its holder extends it every LeaseTTL/3. Required with a Lease.
 	LeaseTTL time.Duration
@@ -187,7 +189,7 @@ type Options[V any] struct {
 	// Recorder receives events as they happen (and, if it implements Tracer,
 	// wraps loads and lease waits in spans). Nil means none; Stats works
 	// either way.
-	Recorder Recorder
+	Recorder observe.Recorder
 	// DisableStats stops the counting done on the hit path: Stats then
 	// reports no Hits and no hot keys. The other counters cost nothing next
 	// to a miss and always count.
@@ -234,7 +236,7 @@ type Options[V any] struct {
 	// period of ShareHotKeysEvery it adds, at the end of that period, to the
 	// fleet's hot set in the Store, from which a new replica warms with
 	// [Cache.WarmHot]. Reads are counted as for RefreshAheadHot. It needs a
-	// Store that implements [HotSet]; the set holds keys as they are given
+	// Store that implements [remote.HotSet]; the set holds keys as they are given
 	// to Get, so keys that carry personal data end up in the Store as
 	// values do. Zero means none.
 	ShareHotKeys int
@@ -368,7 +370,7 @@ func (o *Options[V]) hotKeyErrors() []error {
 	case o.RefreshAheadHot > 0 && o.Load == nil && o.LoadMany == nil:
 		bad("RefreshAheadHot needs Load: hot keys are refreshed without a caller's loader")
 	}
-	switch _, ok := o.Store.(HotSet); {
+	switch _, ok := o.Store.(remote.HotSet); {
 	case o.ShareHotKeys < 0:
 		bad("ShareHotKeys must not be negative, got %d", o.ShareHotKeys)
 	case o.ShareHotKeys > 0 && !ok:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
 )
 
 // refresh starts one background refresh of e, unless one is running, a
@@ -169,7 +170,7 @@ func (c *Cache[V]) runRefreshMany(ctx context.Context, keys []string, olds map[s
 	for j, key := range keys {
 		if err := res[j].Err; err != nil {
 			c.st.refreshFailures.add(1)
-			c.event(EventRefreshFailed, key, err)
+			c.event(observe.EventRefreshFailed, key, err)
 			c.backOff(olds[key], 0)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/remote"
 )
 
 // Tests that a lease ends whatever its load did, and that the replicas
@@ -117,7 +118,7 @@ type releaseOnAcquire struct {
 	release func()
 }
 
-func (l *releaseOnAcquire) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (l *releaseOnAcquire) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	g, err := l.Remote.Acquire(ctx, key, ttl, after)
 	if g.HeldFor > 0 {
 		l.release()
@@ -142,10 +143,10 @@ func (s *slowFailingStore) Load(ctx context.Context, key string) ([]byte, error)
 	return s.Remote.Load(ctx, key)
 }
 
-func (s *slowFailingStore) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
+func (s *slowFailingStore) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 	if s.failing.Load() {
 		time.Sleep(s.delay)
-		out := make([]herd.Loaded, len(keys))
+		out := make([]remote.Loaded, len(keys))
 		for i := range out {
 			out[i].Err = errors.New("i/o timeout")
 		}
@@ -193,9 +194,9 @@ type flakyTier struct {
 	fails atomic.Int32
 }
 
-func (l *flakyTier) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
+func (l *flakyTier) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 	if l.fails.Add(-1) >= 0 {
-		out := make([]herd.Loaded, len(keys))
+		out := make([]remote.Loaded, len(keys))
 		for i := range out {
 			out[i].Err = errors.New("i/o timeout")
 		}
@@ -204,9 +205,9 @@ func (l *flakyTier) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 	return l.Remote.LoadMany(ctx, keys)
 }
 
-func (l *flakyTier) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (l *flakyTier) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	if l.fails.Add(-1) >= 0 {
-		return herd.Grant{}, errors.New("i/o timeout")
+		return remote.Grant{}, errors.New("i/o timeout")
 	}
 	return l.Remote.Acquire(ctx, key, ttl, after)
 }

@@ -2,119 +2,22 @@ package herd
 
 import (
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/herdcache/herd/internal/topk"
-	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
 )
 
-// Stats is a snapshot of a cache's counters since it was made.
-type Stats struct {
-	Hits       int64 // fresh values served, from either tier
-	RemoteHits int64 // of those, values read from the Store
-	// RemoteWaits counts the Gets that waited on a read of the Store: their
-	// key had no local copy young enough to serve (none, past 2×NearTTL,
-	// or from before a lost notice), so they read it on their own path.
-	RemoteWaits int64
-	// Revalidations counts the background reads that replaced a local copy
-	// served past NearTTL or superseded by a notice.
-	Revalidations int64
-	Misses        int64 // Gets that found no value they could serve at once
-	// NegativeHits counts the ErrNotFound answers served from a fresh
-	// negative entry, from either tier; they are not counted in Hits.
-	NegativeHits   int64
-	StaleServed    int64 // stale values served (stale-while-revalidate, lease losers)
-	StaleIfError   int64 // stale values served because a load failed
-	EarlyRefreshes int64 // background refreshes started early by XFetch
-	AheadRefreshes int64 // background refreshes of pinned keys (Pin)
-	// StaleRefreshes counts background refreshes started by a stale read.
-	StaleRefreshes  int64
-	RefreshFailures int64 // background refreshes whose load failed
-
-	Loads         int64 // keys loaded: calls of a load function, each key of a batch counted
-	LoadsNotFound int64 // of those, keys the load had no value for (ErrNotFound)
-	LoadErrors    int64 // of those, keys whose load failed with another error
-	Coalesced     int64 // callers that joined another caller's load
-
-	LeaseAcquired     int64 // leases taken
-	LeaseContended    int64 // acquisitions that found the lease held
-	LeaseWaitTimeouts int64 // Wait losers that gave up at LeaseWait
-	// LeaseWaitsAbandoned counts Wait losers whose caller's context ended
-	// before the holder's load did: with LeaseWait and the callers'
-	// deadlines, every wait that did not end with a value is counted.
-	LeaseWaitsAbandoned int64
-	LeaseExtended       int64 // watchdog extensions
-	LeaseLost           int64 // extensions refused: the lease had expired or moved
-	WokenByPush         int64 // Wait losers woken by a completion notice
-	WokenByPoll         int64 // Wait losers that found the value on a fallback re-read
-	FencedWrites        int64 // writes refused because a newer write or invalidation won
-
-	Shed         int64 // loads refused by the limiter
-	RemoteErrors int64 // failed remote calls
-	DecodeErrors int64 // remote values that could not be decoded (served as misses)
-	EncodeErrors int64 // values the codec could not encode (served, not cached)
-	// WriteBackErrors counts the loaded values whose write to the Store
-	// failed (EventWriteBackFailed), each key of a batch counted; a write
-	// the fence refused is counted in FencedWrites instead.
-	WriteBackErrors int64
-
-	InFlight int // flights (coalesced loads, with their waiters) running now
-
-	// LoadsRunning is the number of loads running now in this process.
-	LoadsRunning int
-	// KeyConcurrency is the most loads of one key running at once now, and
-	// KeyConcurrencyMax the most ever: with coalescing both stay at most 1.
-	KeyConcurrency, KeyConcurrencyMax int
-
-	// Limiter is a snapshot of the cache's limiter, shared with any other
-	// cache that uses it; zero without a limiter.
-	Limiter LimiterStats
-
-	// HotKeys are the keys with the most traffic (hits sampled 1 in 256, plus
-	// misses and stale serves), most first, at most Options.HotKeys of them;
-	// each name appears once (keys whose redacted names collide are summed).
-	HotKeys []HotKey
-
-	LoadDuration Histogram // how long loads took
-	LeaseWait    Histogram // how long lease losers waited for the holder
-	QueueWait    Histogram // how long loads waited for a limiter slot
-
-	Degraded     bool          // the breaker is open: remote calls are skipped
-	DegradedTime time.Duration // total time the breaker has been open
-	BreakerOpens int64         // times the breaker opened
-}
-
-// LimiterStats describes the limiter a cache uses.
-type LimiterStats struct {
-	Limit, InUse, Waiting int
-	limiter.Stats
-}
-
-// HotKey is one of the keys with the most traffic. Traffic may overcount by
-// up to Error; Misses, Loads and Stale count from when the key was first
-// tracked, so they are lower bounds.
-type HotKey struct {
-	// Key is the key, or its namespace and a short hash unless
-	// Options.HotKeyNames is set.
-	Key     string
-	Traffic uint64
-	Misses  uint64
-	Loads   uint64
-	Stale   uint64
-	Error   uint64
-}
-
 // Stats returns a snapshot of the cache's counters.
-func (c *Cache[V]) Stats() Stats {
+func (c *Cache[V]) Stats() observe.Stats {
 	s := &c.st
 	degraded, opens := c.brk.degraded()
 	running, keyNow, keyMax := c.keyLoads.snapshot()
-	var ls LimiterStats
+	var ls observe.LimiterStats
 	if l := c.cfg.Limiter; l != nil {
-		ls = LimiterStats{Limit: l.Limit(), InUse: l.InUse(), Waiting: l.Waiting(), Stats: l.Stats()}
+		ls = observe.LimiterStats{Limit: l.Limit(), InUse: l.InUse(), Waiting: l.Waiting(), Stats: l.Stats()}
 	}
-	return Stats{
+	return observe.Stats{
 		Limiter:             ls,
 		HotKeys:             c.hotKeys(),
 		LoadsRunning:        running,
@@ -172,15 +75,15 @@ type counters struct {
 }
 
 // got counts how a Get was answered.
-func (c *Cache[V]) got(key string, r GetResult) {
+func (c *Cache[V]) got(key string, r observe.GetResult) {
 	c.recorder.RecordGet(r)
 	switch r {
-	case ResultHit, ResultNegative:
+	case observe.ResultHit, observe.ResultNegative:
 		if (c.hot != nil || c.shared != nil) && uint64(c.st.hotSample.add(1))*golden>>(64-hotSampleBits) == 0 {
 			c.hot.Add(key, topk.Counts{Traffic: 1 << hotSampleBits})
 			c.shared.Add(key, topk.Counts{Traffic: 1 << hotSampleBits})
 		}
-		if r == ResultNegative {
+		if r == observe.ResultNegative {
 			c.st.negativeHits.add(1)
 		} else if !c.cfg.DisableStats {
 			n := c.st.hits.add(1)
@@ -191,11 +94,11 @@ func (c *Cache[V]) got(key string, r GetResult) {
 				c.top.Add(key, topk.Counts{Traffic: 1 << hitSampleBits})
 			}
 		}
-	case ResultStale:
+	case observe.ResultStale:
 		c.countStale(key)
 		c.hot.Add(key, topk.Counts{Traffic: 1})
 		c.shared.Add(key, topk.Counts{Traffic: 1})
-	case ResultMiss:
+	case observe.ResultMiss:
 		c.st.misses.add(1)
 		if c.top != nil {
 			c.top.Add(key, topk.Counts{Traffic: 1, Misses: 1})
@@ -224,12 +127,12 @@ func (c *Cache[V]) countLoad(key string) {
 	}
 }
 
-func (c *Cache[V]) hotKeys() []HotKey {
+func (c *Cache[V]) hotKeys() []observe.HotKey {
 	if c.top == nil {
 		return nil
 	}
 	items := c.top.Top()
-	hot := make([]HotKey, 0, len(items))
+	hot := make([]observe.HotKey, 0, len(items))
 	seen := make(map[string]int, len(items))
 	for _, it := range items {
 		key := it.Key
@@ -248,7 +151,7 @@ func (c *Cache[V]) hotKeys() []HotKey {
 			continue
 		}
 		seen[key] = len(hot)
-		hot = append(hot, HotKey{Key: key, Traffic: it.Traffic, Misses: it.Misses, Loads: it.Loads, Stale: it.Stale, Error: it.Error})
+		hot = append(hot, observe.HotKey{Key: key, Traffic: it.Traffic, Misses: it.Misses, Loads: it.Loads, Stale: it.Stale, Error: it.Error})
 	}
 	return hot
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 )
 
@@ -18,7 +19,7 @@ import (
 // longer ones, is served but not cached. A reader of a tagged value from
 // the Store reads its tags' versions too, one more round trip for a whole
 // batch. A value stored with Set or SetWithTTL carries no tags, and with a
-// Store that keeps no tag versions (no [Tagger]) tags are ignored. Tag values
+// Store that keeps no tag versions (no [remote.Tagger]) tags are ignored. Tag values
 // only once every replica runs a herd that knows tags:
 // an older one takes a tagged value for a corrupt one, and reloads it.
 func Tags(ctx context.Context, tags ...string) {
@@ -38,7 +39,7 @@ func TagsFor(ctx context.Context, key string, tags ...string) {
 
 // InvalidateTag retires every entry tagged with tag ([Tags]), in both
 // tiers, on every replica, whatever their number: with a Store, in one
-// call of its [Tagger] (one Redis command), which advances the tag's
+// call of its [remote.Tagger] (one Redis command), which advances the tag's
 // version; entries whose load began before it are refused by every reader,
 // and a load running now is served to its callers but cached nowhere.
 // Other replicas learn the version from the Store's notice, or, when the
@@ -55,7 +56,7 @@ func (c *Cache[V]) InvalidateTag(ctx context.Context, tag string) error {
 		c.tags.bump(tag, uint64(max(c.clk.now()/1000, 0)))
 		return nil
 	}
-	tg, ok := s.(Tagger)
+	tg, ok := s.(remote.Tagger)
 	if !ok {
 		return fmt.Errorf("herd: InvalidateTag: the Store (%T) keeps no tag versions: %w", s, errors.ErrUnsupported)
 	}
@@ -158,7 +159,7 @@ func (c *Cache[V]) learnTags(ctx context.Context, tags []string) {
 	if len(tags) == 0 || c.cfg.Store == nil {
 		return
 	}
-	tg, ok := c.cfg.Store.(Tagger)
+	tg, ok := c.cfg.Store.(remote.Tagger)
 	if !ok {
 		return
 	}
@@ -187,7 +188,7 @@ func (c *Cache[V]) tagged(e *entry[V], d directives, since uint64) bool {
 	if len(d.tags) == 0 {
 		return true
 	}
-	if _, ok := c.cfg.Store.(Tagger); c.cfg.Store != nil && !ok {
+	if _, ok := c.cfg.Store.(remote.Tagger); c.cfg.Store != nil && !ok {
 		return true // a Store that keeps no tag versions: tags are ignored
 	}
 	tags := slices.Clone(d.tags)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/herdcache/herd/remote"
 )
 
 // The remote tier's reads and acquisitions on behalf of fills and reads:
@@ -25,7 +27,7 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 // readOf fills r with what one read of key from the Store returned.
 func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
 	switch {
-	case errors.Is(err, ErrRejected):
+	case errors.Is(err, remote.ErrRejected):
 		c.st.decodeErrors.add(1) // the key holds nothing this cache can use
 	case err != nil:
 		r.err = err
@@ -39,7 +41,7 @@ func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
 }
 
 // loadMany reads the keys of fs from the Store: one call when it is a
-// [BatchStore], one per key otherwise. The breaker records one outcome for
+// [remote.BatchStore], one per key otherwise. The breaker records one outcome for
 // the batch.
 func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRead[V] {
 	if len(fs) == 0 {
@@ -52,17 +54,17 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 		reads[i].done = true
 		reads[i].gen, reads[i].puts = c.gens.get(f.key)
 	}
-	var got []Loaded
+	var got []remote.Loaded
 	at := c.brk.at()
-	if bs, ok := c.cfg.Store.(BatchStore); ok {
+	if bs, ok := c.cfg.Store.(remote.BatchStore); ok {
 		got = bs.LoadMany(ctx, keys)
 	} else {
-		got = make([]Loaded, len(keys))
+		got = make([]remote.Loaded, len(keys))
 		for i, k := range keys {
 			got[i].Value, got[i].Err = c.cfg.Store.Load(ctx, k)
 		}
 	}
-	c.remoteDone(ctx, at, firstErr(got, func(l Loaded) error { return l.Err }))
+	c.remoteDone(ctx, at, firstErr(got, func(l remote.Loaded) error { return l.Err }))
 	envs := make([][]byte, len(got))
 	for i, l := range got {
 		envs[i] = l.Value
@@ -77,34 +79,34 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 // leaseRequests are the requests for the leases of the keys of fs, each
 // fresh after its fill's start (a miss) or its old value's soft expiry (a
 // refresh).
-func leaseRequests[V any](fs []*fillState[V]) []LeaseRequest {
-	reqs := make([]LeaseRequest, len(fs))
+func leaseRequests[V any](fs []*fillState[V]) []remote.LeaseRequest {
+	reqs := make([]remote.LeaseRequest, len(fs))
 	for i, f := range fs {
 		after := f.now
 		if f.old != nil {
 			after = max(after, f.old.soft) // only a value refreshed meanwhile stops it
 		}
-		reqs[i] = LeaseRequest{Key: f.key, After: time.Unix(0, after)}
+		reqs[i] = remote.LeaseRequest{Key: f.key, After: time.Unix(0, after)}
 	}
 	return reqs
 }
 
 // acquireMany asks for the leases of reqs: one call when the Lease is a
-// [BatchLease], and otherwise one Acquire per key, with a read of the
+// [remote.BatchLease], and otherwise one Acquire per key, with a read of the
 // Store for each key whose value was not returned and whose stale value
 // is wanted (stale, nil when none is). One key whose stale value is not
 // wanted asks with Acquire alone.
-func (c *Cache[V]) acquireMany(ctx context.Context, reqs []LeaseRequest, stale func(i int) bool) []Acquired {
+func (c *Cache[V]) acquireMany(ctx context.Context, reqs []remote.LeaseRequest, stale func(i int) bool) []remote.Acquired {
 	if stale == nil {
 		stale = func(int) bool { return false }
 	}
 	ttl := c.cfg.LeaseTTL
-	var got []Acquired
+	var got []remote.Acquired
 	at := c.brk.at()
-	if bl, ok := c.cfg.Lease.(BatchLease); ok && (len(reqs) > 1 || stale(0)) {
+	if bl, ok := c.cfg.Lease.(remote.BatchLease); ok && (len(reqs) > 1 || stale(0)) {
 		got = bl.AcquireMany(ctx, reqs, ttl)
 	} else {
-		got = make([]Acquired, len(reqs))
+		got = make([]remote.Acquired, len(reqs))
 		for i, r := range reqs {
 			got[i].Grant, got[i].Err = c.cfg.Lease.Acquire(ctx, r.Key, ttl, r.After)
 			if got[i].Err == nil && got[i].Value == nil && stale(i) {
@@ -112,7 +114,7 @@ func (c *Cache[V]) acquireMany(ctx context.Context, reqs []LeaseRequest, stale f
 			}
 		}
 	}
-	c.remoteDone(ctx, at, firstErr(got, func(a Acquired) error { return a.Err }))
+	c.remoteDone(ctx, at, firstErr(got, func(a remote.Acquired) error { return a.Err }))
 	envs := make([][]byte, 0, 2*len(got))
 	for _, a := range got {
 		envs = append(envs, a.Value, a.Stale)

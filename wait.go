@@ -6,6 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // The losers' wait: the keys of a batch that found other loads holding
@@ -27,7 +30,7 @@ const (
 const firstRecheck = 5 * time.Millisecond
 
 // completion is a registration for the next completion of a key: made
-// with the Lease's [Watcher] before an attempt at the lease, or, for a
+// with the Lease's [remote.Watcher] before an attempt at the lease, or, for a
 // wait on a Lease that is no Watcher, a Lease.Wait on a goroutine of its
 // own. A nil completion registers nothing. Its owners (a wait, and what
 // the replica remembers of the holder) each stop it once; the last one
@@ -52,7 +55,7 @@ func (w *completion) fire() {
 // watch registers for key's next completion when the Lease is a Watcher,
 // with wake to call when it comes (nil: none); nil otherwise.
 func (c *Cache[V]) watch(key string, wake func(*completion)) *completion {
-	lw, ok := c.cfg.Lease.(Watcher)
+	lw, ok := c.cfg.Lease.(remote.Watcher)
 	if !ok {
 		return nil
 	}
@@ -65,7 +68,7 @@ func (c *Cache[V]) watch(key string, wake func(*completion)) *completion {
 // together.
 func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion {
 	ws := make([]*completion, len(keys))
-	lw, ok := c.cfg.Lease.(Watcher)
+	lw, ok := c.cfg.Lease.(remote.Watcher)
 	if !ok {
 		return ws
 	}
@@ -78,7 +81,7 @@ func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion
 }
 
 // register makes w, owned by its caller alone, lw's registration for key.
-func (w *completion) register(lw Watcher, key string, wake func(*completion)) {
+func (w *completion) register(lw remote.Watcher, key string, wake func(*completion)) {
 	w.wake = wake
 	w.refs.Store(1)
 	w.end = lw.Watch(key, w.fire)
@@ -210,7 +213,7 @@ type waits[V any] struct {
 func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	c := b.c
 	ws := &waits[V]{b: b, by: make(map[*completion]*waiter[V], len(ls))}
-	_, watcher := c.cfg.Lease.(Watcher)
+	_, watcher := c.cfg.Lease.(remote.Watcher)
 	now := time.Now()
 	all := make([]waiter[V], len(ls))
 	for i, l := range ls {
@@ -391,14 +394,14 @@ func (ws *waits[V]) answered(ctx context.Context, loads []pendingLoad[V], wt *wa
 			} else {
 				c.st.wokenByPoll.add(1)
 			}
-			c.leaseEvent(LeaseWoken, now.Sub(wt.start))
+			c.leaseEvent(observe.LeaseWoken, now.Sub(wt.start))
 		}
 		ws.finish(wt)
 		return b.lost(loads, wt.f, a, nil), true
 	}
 	if !now.Before(wt.deadline) {
 		c.st.leaseWaitTimeouts.add(1)
-		c.leaseEvent(LeaseWaitTimeout, now.Sub(wt.start))
+		c.leaseEvent(observe.LeaseWaitTimeout, now.Sub(wt.start))
 		ws.finish(wt)
 		return b.lost(loads, wt.f, attempt[V]{}, ErrLeaseTimeout), true
 	}
@@ -409,7 +412,7 @@ func (ws *waits[V]) answered(ctx context.Context, loads []pendingLoad[V], wt *wa
 // registration wt waits on; without a Watcher, a new Lease.Wait.
 func (ws *waits[V]) renew(ctx context.Context, wt *waiter[V], w *completion) {
 	if w == nil {
-		if _, ok := ws.b.c.cfg.Lease.(Watcher); !ok {
+		if _, ok := ws.b.c.cfg.Lease.(remote.Watcher); !ok {
 			w = ws.b.c.waitVia(ctx, wt.f.key, ws.b.wakes.wake)
 		}
 	}
@@ -428,7 +431,7 @@ func (ws *waits[V]) finish(wt *waiter[V]) {
 func (ws *waits[V]) abandonOne(wt *waiter[V], err error) {
 	c := ws.b.c
 	c.st.leaseWaitsAbandoned.add(1)
-	c.leaseEvent(LeaseWaitAbandoned, time.Since(wt.start))
+	c.leaseEvent(observe.LeaseWaitAbandoned, time.Since(wt.start))
 	ws.finish(wt)
 	ws.b.settle(wt.f.key, nil, err)
 }
@@ -463,7 +466,7 @@ func (ws *waits[V]) ask(ctx context.Context, wts []*waiter[V]) {
 		return
 	}
 	c := ws.b.c
-	reqs := make([]LeaseRequest, len(wts))
+	reqs := make([]remote.LeaseRequest, len(wts))
 	keys := make([]string, len(wts))
 	for i, wt := range wts {
 		keys[i] = wt.f.key
@@ -471,7 +474,7 @@ func (ws *waits[V]) ask(ctx context.Context, wts []*waiter[V]) {
 	watches := c.watchAll(keys, ws.b.wakes.wake)
 	sent := c.clk.now()
 	for i, key := range keys {
-		reqs[i] = LeaseRequest{Key: key, After: time.Unix(0, sent)}
+		reqs[i] = remote.LeaseRequest{Key: key, After: time.Unix(0, sent)}
 	}
 	for i, got := range c.acquireMany(ctx, reqs, nil) {
 		a, err := c.answerAttempt(ctx, wts[i].f.key, got, sent, watches[i])

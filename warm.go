@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/herdcache/herd/remote"
 )
 
 // WarmReport says what [Cache.Warm] did.
@@ -147,7 +149,7 @@ func parallel(workers, n int, fn func(int)) {
 }
 
 // WarmHot warms this replica with the keys the fleet reads most: up to n
-// keys of the Store's hot set ([HotSet]), which replicas fill with
+// keys of the Store's hot set ([remote.HotSet]), which replicas fill with
 // [Options.ShareHotKeys], loaded as [Cache.Warm] loads them. A key that
 // another replica keeps in the Store is read from there, not loaded. Call
 // it before the replica takes traffic, with the ShareHotKeysEvery (or
@@ -155,7 +157,7 @@ func parallel(workers, n int, fn func(int)) {
 // nothing and fails when n is not positive, when the Store keeps no hot
 // set and when the set cannot be read.
 func (c *Cache[V]) WarmHot(ctx context.Context, n int, load func(ctx context.Context, key string) (V, error)) (WarmReport, error) {
-	hs, ok := c.cfg.Store.(HotSet)
+	hs, ok := c.cfg.Store.(remote.HotSet)
 	switch {
 	case c.closed.Load():
 		return WarmReport{}, ErrClosed
@@ -192,7 +194,7 @@ func (c *Cache[V]) shareHot() {
 	for _, it := range top {
 		reads[it.Key] = it.Traffic
 	}
-	hs := c.cfg.Store.(HotSet)
+	hs := c.cfg.Store.(remote.HotSet)
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.closeCtx, c.cfg.LoadTimeout)
 		defer cancel()

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 )
 
 // Outcome is how herdhttp answered one request.
@@ -53,7 +53,7 @@ func (o Outcome) String() string {
 
 // RouteRecorder is an optional interface of an [Options.Recorder] that
 // counts herdhttp's outcomes by route: route is the Options.Routes pattern
-// the request matched, or "other". herd.Recorder keeps its methods; a
+// the request matched, or "other". observe.Recorder keeps its methods; a
 // recorder gains this one by implementing it. It is called once per
 // request with the request's outcome, and once per revalidation sent to
 // the origin with OutcomeRevalidation; it must be cheap.
@@ -80,7 +80,7 @@ func (c *engine) route(r *http.Request) string {
 // and for metrics systems that read counters. Its zero value is ready to
 // use; it is safe for concurrent use.
 type Counts struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	mu sync.Mutex
 	m  map[string]*[outcomeCount]int64
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // Options configures a cache made by [Middleware], [NewTransport] or
@@ -34,11 +36,11 @@ type Options struct {
 	// local tier is the only one. After five failed calls in a row the
 	// replica stops asking it for a second at a time (herd's breaker),
 	// serving from its local tier and fetching once per key per replica.
-	Store herd.Store
+	Store remote.Store
 	// Lease makes one replica of the fleet fetch a key while the others
 	// wait for its notice. It needs a Store. Nil means one fetch per key
 	// per replica.
-	Lease herd.Lease
+	Lease remote.Lease
 	// LeaseTTL is how long a lease lasts without extension (it is extended
 	// while its fetch runs). Zero means 5 s.
 	LeaseTTL time.Duration
@@ -144,7 +146,7 @@ type Options struct {
 	// Recorder receives the cache's events. When it implements
 	// [RouteRecorder], it also receives herdhttp's per-route outcomes.
 	// Nil means none.
-	Recorder herd.Recorder
+	Recorder observe.Recorder
 }
 
 // DefaultOptions returns the recommended settings: a 64 MiB local tier,

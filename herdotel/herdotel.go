@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/observe/metricdef"
 )
 
@@ -37,7 +38,7 @@ const (
 // type. Its Name is the herd.cache attribute.
 type Source interface {
 	Name() string
-	Stats() herd.Stats
+	Stats() observe.Stats
 }
 
 // RegisterMetrics reports s's statistics through mp's meter as observable
@@ -168,8 +169,8 @@ var histogramBounds = []float64{
 	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 }
 
-// Recorder is a [herd.Recorder], [herd.Tracer], [herd.ContextEventRecorder]
-// and [herd.CacheRecorder], to be set as herd.Options.Recorder; one Recorder
+// Recorder is a [observe.Recorder], [observe.Tracer], [observe.ContextEventRecorder]
+// and [observe.CacheRecorder], to be set as herd.Options.Recorder; one Recorder
 // may serve several caches, each under its own herd.cache attribute, the
 // cache's Name. It records each load's duration in herd.load.duration, by herd.outcome (ok, not_found or
 // error) and herd.background (whether the load was a refresh), and each
@@ -199,11 +200,11 @@ type Recorder struct {
 }
 
 var (
-	_ herd.Recorder      = (*Recorder)(nil)
-	_ herd.Tracer        = (*Recorder)(nil)
-	_ herd.CacheRecorder = (*Recorder)(nil)
+	_ observe.Recorder      = (*Recorder)(nil)
+	_ observe.Tracer        = (*Recorder)(nil)
+	_ observe.CacheRecorder = (*Recorder)(nil)
 
-	_ herd.ContextEventRecorder = (*Recorder)(nil)
+	_ observe.ContextEventRecorder = (*Recorder)(nil)
 )
 
 // Load outcomes, the values of herd.outcome on herd.load.duration.
@@ -236,7 +237,7 @@ func NewRecorder(tp trace.TracerProvider, mp metric.MeterProvider, o Options) (*
 
 // ForCache returns a Recorder that records as r does, under
 // herd.cache=name; herd.New calls it with the cache's Name.
-func (r *Recorder) ForCache(name string) herd.Recorder {
+func (r *Recorder) ForCache(name string) observe.Recorder {
 	if name == "" {
 		name = DefaultName
 	}
@@ -260,7 +261,7 @@ func (r *Recorder) named(name string) *Recorder {
 }
 
 // RecordGet does nothing: RegisterMetrics reports the counts.
-func (r *Recorder) RecordGet(herd.GetResult) {}
+func (r *Recorder) RecordGet(observe.GetResult) {}
 
 // RecordLoad records d in herd.load.duration.
 func (r *Recorder) RecordLoad(d time.Duration, err error, background bool) {
@@ -275,13 +276,13 @@ func (r *Recorder) RecordLoad(d time.Duration, err error, background bool) {
 }
 
 // RecordLease records the wait of a lease loser in herd.lease.wait.
-func (r *Recorder) RecordLease(e herd.LeaseEvent, wait time.Duration) {
+func (r *Recorder) RecordLease(e observe.LeaseEvent, wait time.Duration) {
 	switch e {
-	case herd.LeaseWoken:
+	case observe.LeaseWoken:
 		r.waitDur.Record(context.Background(), wait.Seconds(), r.waitAttrs[0])
-	case herd.LeaseWaitTimeout:
+	case observe.LeaseWaitTimeout:
 		r.waitDur.Record(context.Background(), wait.Seconds(), r.waitAttrs[1])
-	case herd.LeaseWaitAbandoned:
+	case observe.LeaseWaitAbandoned:
 		r.waitDur.Record(context.Background(), wait.Seconds(), r.waitAttrs[2])
 	}
 }
@@ -291,13 +292,13 @@ func (r *Recorder) RecordShed(string, bool) {}
 
 // RecordEvent does nothing: an event without a context has no span to go
 // on, and RegisterMetrics reports the counts.
-func (r *Recorder) RecordEvent(herd.Event) {}
+func (r *Recorder) RecordEvent(observe.Event) {}
 
 // RecordEventContext adds e to the span current in ctx, if it is recording,
 // as the event "herd." and e's kind with '_' for '-' ("herd.encode_failed"),
 // with the attributes herd.cache, herd.key (for an event of a key) and
 // exception.message (for an event with an error).
-func (r *Recorder) RecordEventContext(ctx context.Context, e herd.Event) {
+func (r *Recorder) RecordEventContext(ctx context.Context, e observe.Event) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return

@@ -23,6 +23,7 @@ import (
 	"github.com/herdcache/herd/herdotel"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/observe"
 )
 
 // setup is a meter provider on a manual reader and a tracer provider on a
@@ -235,10 +236,10 @@ func indexOf(s []float64, v float64) int {
 
 // fake returns a fixed snapshot, named by its Coalesced count: "" (0), "a"
 // (1) or "b" (2).
-type fake herd.Stats
+type fake observe.Stats
 
-func (f *fake) Name() string      { return [...]string{"", "a", "b"}[f.Coalesced%3] }
-func (f *fake) Stats() herd.Stats { return herd.Stats(*f) }
+func (f *fake) Name() string         { return [...]string{"", "a", "b"}[f.Coalesced%3] }
+func (f *fake) Stats() observe.Stats { return observe.Stats(*f) }
 
 // TestEveryField checks that each field of a snapshot whose fields all differ
 // is observed under its own instrument and attributes.
@@ -253,13 +254,13 @@ func TestEveryField(t *testing.T) {
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
 		WriteBackErrors: 48, LeaseWaitsAbandoned: 49,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
-		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
+		Limiter: observe.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
 			Canceled: 41, MaxInUse: 42, QueueWait: 2500 * time.Millisecond, QueueWaits: 47,
 			ShedLatency: 50, Latency: 250 * time.Millisecond, NoLoadLatency: 125 * time.Millisecond,
 		}},
-		HotKeys: []herd.HotKey{
+		HotKeys: []observe.HotKey{
 			{Key: "item#0000000a", Traffic: 100, Misses: 40, Loads: 2, Stale: 3, Error: 4},
 		},
 		Degraded: true, DegradedTime: 1500 * time.Millisecond, BreakerOpens: 39,
@@ -639,7 +640,7 @@ func TestBadInput(t *testing.T) {
 	_, end := r.StartSpan(t.Context(), "herd.load", "k")
 	end(errors.New("x"))
 	r.RecordLoad(time.Second, nil, false)
-	r.RecordLease(herd.LeaseWaitTimeout, time.Second)
+	r.RecordLease(observe.LeaseWaitTimeout, time.Second)
 	if _, err := herdotel.RegisterMetrics(nil, &fake{}); err != nil {
 		t.Errorf("RegisterMetrics on the global provider: %v", err)
 	}
@@ -681,9 +682,9 @@ func TestLeaseWaitOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.RecordLease(herd.LeaseWoken, time.Second)
-	r.RecordLease(herd.LeaseWaitTimeout, 2*time.Second)
-	r.RecordLease(herd.LeaseWaitAbandoned, 3*time.Second)
+	r.RecordLease(observe.LeaseWoken, time.Second)
+	r.RecordLease(observe.LeaseWaitTimeout, 2*time.Second)
+	r.RecordLease(observe.LeaseWaitAbandoned, 3*time.Second)
 	ms := s.collect(t)
 	for o, want := range map[string]float64{"woken": 1, "timeout": 2, "abandoned": 3} {
 		p := histogram(t, ms, "herd.lease.wait", herdotel.CacheKey.String(herdotel.DefaultName), attribute.String("herd.outcome", o))

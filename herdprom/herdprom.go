@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/observe/metricdef"
 )
 
@@ -18,7 +18,7 @@ import (
 // type. Its Name is the value of the "cache" label.
 type Source interface {
 	Name() string
-	Stats() herd.Stats
+	Stats() observe.Stats
 }
 
 // DefaultName is the cache label of a Source whose Name is empty (a
@@ -140,7 +140,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func collect(ch chan<- prometheus.Metric, name string, st herd.Stats) {
+func collect(ch chan<- prometheus.Metric, name string, st observe.Stats) {
 	stats := reflect.ValueOf(st)
 	for _, f := range families {
 		if !f.def.Exported(&st) {
@@ -177,7 +177,7 @@ func send(ch chan<- prometheus.Metric, f family, v reflect.Value, labels ...stri
 // histogram converts h to a Prometheus histogram: bounds in seconds, counts
 // cumulative, the implied top bucket as +Inf. A malformed h fails the scrape
 // of this one metric with an error.
-func histogram(d *prometheus.Desc, h herd.Histogram, name string) prometheus.Metric {
+func histogram(d *prometheus.Desc, h observe.Histogram, name string) prometheus.Metric {
 	if err := check(h); err != nil {
 		return prometheus.NewInvalidMetric(d, fmt.Errorf("herdprom: cache %q: %w", name, err))
 	}
@@ -190,9 +190,9 @@ func histogram(d *prometheus.Desc, h herd.Histogram, name string) prometheus.Met
 	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets, name)
 }
 
-// check reports whether h is a histogram as [herd.Histogram] describes it;
+// check reports whether h is a histogram as [observe.Histogram] describes it;
 // the zero Histogram is an empty one.
-func check(h herd.Histogram) error {
+func check(h observe.Histogram) error {
 	if len(h.Counts) == 0 && len(h.Bounds) == 0 {
 		if h.Count != 0 {
 			return fmt.Errorf("histogram without buckets has count %d", h.Count)

@@ -20,6 +20,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/observe"
 )
 
 // newCache returns a cache that is closed when the test (or bubble) ends.
@@ -369,10 +370,10 @@ func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
 
 // fakeSource returns a fixed snapshot under the name c.
-type fakeSource herd.Stats
+type fakeSource observe.Stats
 
-func (f *fakeSource) Name() string      { return "c" }
-func (f *fakeSource) Stats() herd.Stats { return herd.Stats(*f) }
+func (f *fakeSource) Name() string         { return "c" }
+func (f *fakeSource) Stats() observe.Stats { return observe.Stats(*f) }
 
 // named is a Source under another name.
 type named struct {
@@ -385,8 +386,8 @@ func (n named) Name() string { return n.name }
 // fullStats gives every field its own value, so a field exported under the
 // wrong name shows.
 func fullStats() *fakeSource {
-	h := func(sum time.Duration) herd.Histogram {
-		return herd.Histogram{
+	h := func(sum time.Duration) observe.Histogram {
+		return observe.Histogram{
 			Bounds: []time.Duration{time.Millisecond, time.Second},
 			Counts: []uint64{1, 2, 3},
 			Sum:    sum, Count: 6,
@@ -401,12 +402,12 @@ func fullStats() *fakeSource {
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
 		WriteBackErrors: 48, LeaseWaitsAbandoned: 49,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
-		Limiter: herd.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
+		Limiter: observe.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34, ShedLatency: 50, Latency: 250 * time.Millisecond, NoLoadLatency: 125 * time.Millisecond,
 			ShedLow: 35, ShedNormal: 36, ShedHigh: 37, ShedBackground: 38,
 			Canceled: 41, MaxInUse: 42, QueueWait: 2500 * time.Millisecond, QueueWaits: 47,
 		}},
-		HotKeys: []herd.HotKey{
+		HotKeys: []observe.HotKey{
 			{Key: "item#0000000a", Traffic: 100, Misses: 40, Loads: 2, Stale: 3, Error: 4},
 			{Key: "user#0000000b", Traffic: 50, Misses: 5, Loads: 1, Stale: 0, Error: 0},
 		},
@@ -632,7 +633,7 @@ func TestBadInput(t *testing.T) {
 // fails the scrape with an error instead of a panic or a wrong exposition,
 // and that the zero Histogram is an empty one.
 func TestBadHistogram(t *testing.T) {
-	for name, h := range map[string]herd.Histogram{
+	for name, h := range map[string]observe.Histogram{
 		"bounds not ascending": {Bounds: []time.Duration{time.Second, time.Second}, Counts: []uint64{1, 1, 0}, Count: 2},
 		"counts short":         {Bounds: []time.Duration{time.Second}, Counts: []uint64{1}, Count: 1},
 		"count wrong":          {Bounds: []time.Duration{time.Second}, Counts: []uint64{1, 1}, Count: 1},
@@ -651,7 +652,7 @@ func TestBadHistogram(t *testing.T) {
 		}
 	}
 	s := fullStats()
-	s.LoadDuration = herd.Histogram{}
+	s.LoadDuration = observe.Histogram{}
 	col, err := New(s)
 	if err != nil {
 		t.Fatal(err)

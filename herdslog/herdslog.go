@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 )
 
 // Defaults of Options.Burst and Options.Interval.
@@ -37,18 +38,18 @@ type Options struct {
 	Trace bool
 }
 
-// Recorder is a herd.Recorder, herd.ContextEventRecorder and
-// herd.CacheRecorder, to be set as herd.Options.Recorder. It logs what an
+// Recorder is a observe.Recorder, observe.ContextEventRecorder and
+// observe.CacheRecorder, to be set as herd.Options.Recorder. It logs what an
 // operator must hear of:
 //
-//   - herd.EventLeaseLost at Warn: a lease expired before its holder
+//   - observe.EventLeaseLost at Warn: a lease expired before its holder
 //     released it, so the holder's write will be fenced.
-//   - herd.EventRefreshFailed at Warn, with the error.
-//   - herd.EventBreakerOpened at Warn and herd.EventBreakerClosed at Info.
-//   - herd.EventWriteBackFailed at Warn, with the Store's error: a loaded
+//   - observe.EventRefreshFailed at Warn, with the error.
+//   - observe.EventBreakerOpened at Warn and observe.EventBreakerClosed at Info.
+//   - observe.EventWriteBackFailed at Warn, with the Store's error: a loaded
 //     value did not reach the remote tier (Redis out of memory, a value
 //     above its size limit, a timeout), so other replicas load it again.
-//   - herd.EventEncodeFailed at Warn, with the codec's error: a loaded
+//   - observe.EventEncodeFailed at Warn, with the codec's error: a loaded
 //     value was served but cached in neither tier.
 //   - each load the limiter refused (RecordShed) at Warn, kind "shed", with
 //     the limiter's reason and whether it was a background refresh: the
@@ -94,10 +95,10 @@ type bucket struct {
 }
 
 var (
-	_ herd.Recorder             = (*Recorder)(nil)
-	_ herd.EventRecorder        = (*Recorder)(nil)
-	_ herd.ContextEventRecorder = (*Recorder)(nil)
-	_ herd.CacheRecorder        = (*Recorder)(nil)
+	_ observe.Recorder             = (*Recorder)(nil)
+	_ observe.EventRecorder        = (*Recorder)(nil)
+	_ observe.ContextEventRecorder = (*Recorder)(nil)
+	_ observe.CacheRecorder        = (*Recorder)(nil)
 )
 
 // New returns a Recorder that logs to l; a nil l means slog.Default().
@@ -130,7 +131,7 @@ func New(l *slog.Logger, o Options) (*Recorder, error) {
 
 // ForCache returns a Recorder that logs as r does, with cache=name on every
 // line and buckets of its own; herd.New calls it with the cache's Name.
-func (r *Recorder) ForCache(name string) herd.Recorder {
+func (r *Recorder) ForCache(name string) observe.Recorder {
 	return &Recorder{
 		log:      r.log.With(slog.String("cache", name)),
 		keyNames: r.keyNames,
@@ -142,7 +143,7 @@ func (r *Recorder) ForCache(name string) herd.Recorder {
 }
 
 // RecordGet logs how a Get was answered, at Debug, with Options.Trace.
-func (r *Recorder) RecordGet(res herd.GetResult) {
+func (r *Recorder) RecordGet(res observe.GetResult) {
 	if r.trace {
 		r.line(context.Background(), "get", slog.LevelDebug, "herd: get", slog.String("result", res.String()))
 	}
@@ -171,7 +172,7 @@ func (r *Recorder) RecordLoad(d time.Duration, err error, background bool) {
 
 // RecordLease logs a lease event, at Debug, with Options.Trace, and the
 // time a loser waited when it waited.
-func (r *Recorder) RecordLease(e herd.LeaseEvent, wait time.Duration) {
+func (r *Recorder) RecordLease(e observe.LeaseEvent, wait time.Duration) {
 	if !r.trace {
 		return
 	}
@@ -192,23 +193,23 @@ func (r *Recorder) RecordShed(reason string, background bool) {
 }
 
 // RecordEvent logs e unless its kind has used up its lines.
-func (r *Recorder) RecordEvent(e herd.Event) { r.RecordEventContext(context.Background(), e) }
+func (r *Recorder) RecordEvent(e observe.Event) { r.RecordEventContext(context.Background(), e) }
 
 // RecordEventContext logs e with ctx unless its kind has used up its lines.
-func (r *Recorder) RecordEventContext(ctx context.Context, e herd.Event) {
+func (r *Recorder) RecordEventContext(ctx context.Context, e observe.Event) {
 	level, msg := slog.LevelWarn, ""
 	switch e.Kind {
-	case herd.EventLeaseLost:
+	case observe.EventLeaseLost:
 		msg = "herd: lease expired before release; the load's write will be fenced"
-	case herd.EventRefreshFailed:
+	case observe.EventRefreshFailed:
 		msg = "herd: background refresh failed; serving the old value until its hard TTL"
-	case herd.EventBreakerOpened:
+	case observe.EventBreakerOpened:
 		msg = "herd: breaker opened; serving from the local tier"
-	case herd.EventBreakerClosed:
+	case observe.EventBreakerClosed:
 		level, msg = slog.LevelInfo, "herd: breaker closed; remote tier answers again"
-	case herd.EventWriteBackFailed:
+	case observe.EventWriteBackFailed:
 		msg = "herd: write-back to the remote tier failed; the value is served from this replica only, others load it again"
-	case herd.EventEncodeFailed:
+	case observe.EventEncodeFailed:
 		msg = "herd: codec could not encode a loaded value; it was served but not cached"
 	default:
 		level, msg = slog.LevelInfo, "herd: event"

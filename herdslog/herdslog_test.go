@@ -16,6 +16,7 @@ import (
 	"github.com/herdcache/herd/herdslog"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/observe"
 )
 
 // capture is a slog.Handler that keeps every record it is given.
@@ -95,24 +96,24 @@ var (
 func TestEvents(t *testing.T) {
 	key := herd.Key("user", "tenant-7", "42")
 	for _, c := range []struct {
-		e     herd.Event
+		e     observe.Event
 		level slog.Level
 		msg   string // a part of the message
 		attrs map[string]string
 	}{
-		{herd.Event{Kind: herd.EventLeaseLost, Key: key}, slog.LevelWarn, "lease expired",
+		{observe.Event{Kind: observe.EventLeaseLost, Key: key}, slog.LevelWarn, "lease expired",
 			map[string]string{"kind": "lease-lost", "key": herd.RedactKey(key)}},
-		{herd.Event{Kind: herd.EventRefreshFailed, Key: key, Err: errOrigin}, slog.LevelWarn, "refresh failed",
+		{observe.Event{Kind: observe.EventRefreshFailed, Key: key, Err: errOrigin}, slog.LevelWarn, "refresh failed",
 			map[string]string{"kind": "refresh-failed", "key": herd.RedactKey(key), "err": "origin down"}},
-		{herd.Event{Kind: herd.EventBreakerOpened}, slog.LevelWarn, "breaker opened",
+		{observe.Event{Kind: observe.EventBreakerOpened}, slog.LevelWarn, "breaker opened",
 			map[string]string{"kind": "breaker-opened"}},
-		{herd.Event{Kind: herd.EventBreakerClosed}, slog.LevelInfo, "breaker closed",
+		{observe.Event{Kind: observe.EventBreakerClosed}, slog.LevelInfo, "breaker closed",
 			map[string]string{"kind": "breaker-closed"}},
-		{herd.Event{Kind: herd.EventWriteBackFailed, Key: key, Err: errOOM}, slog.LevelWarn, "write-back to the remote tier failed",
+		{observe.Event{Kind: observe.EventWriteBackFailed, Key: key, Err: errOOM}, slog.LevelWarn, "write-back to the remote tier failed",
 			map[string]string{"kind": "write-back-failed", "key": herd.RedactKey(key), "err": errOOM.Error()}},
-		{herd.Event{Kind: herd.EventEncodeFailed, Key: key, Err: errOrigin}, slog.LevelWarn, "could not encode",
+		{observe.Event{Kind: observe.EventEncodeFailed, Key: key, Err: errOrigin}, slog.LevelWarn, "could not encode",
 			map[string]string{"kind": "encode-failed", "key": herd.RedactKey(key), "err": "origin down"}},
-		{herd.Event{Kind: 200}, slog.LevelInfo, "event",
+		{observe.Event{Kind: 200}, slog.LevelInfo, "event",
 			map[string]string{"kind": "unknown"}},
 	} {
 		r, h := newRecorder(t, herdslog.Options{})
@@ -132,7 +133,7 @@ func TestEvents(t *testing.T) {
 func TestKeyNames(t *testing.T) {
 	key := herd.Key("user", "tenant-7", "42")
 	r, h := newRecorder(t, herdslog.Options{KeyNames: true})
-	r.RecordEvent(herd.Event{Kind: herd.EventLeaseLost, Key: key})
+	r.RecordEvent(observe.Event{Kind: observe.EventLeaseLost, Key: key})
 	if got := h.take(); len(got) != 1 || got[0].attrs["key"] != key {
 		t.Errorf("logged %v, want key %q in full", got, key)
 	}
@@ -147,7 +148,7 @@ func TestKeyNames(t *testing.T) {
 func TestRateLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r, h := newRecorder(t, herdslog.Options{Burst: 3, Interval: 3 * time.Second})
-		lost := herd.Event{Kind: herd.EventLeaseLost, Key: "k"}
+		lost := observe.Event{Kind: observe.EventLeaseLost, Key: "k"}
 		logs := func(n int) []line {
 			for range n {
 				r.RecordEvent(lost)
@@ -165,7 +166,7 @@ func TestRateLimit(t *testing.T) {
 			t.Fatalf("10 events at once: %v; want 3 lines without suppressed", got)
 		}
 		// Another kind has its own bucket.
-		r.RecordEvent(herd.Event{Kind: herd.EventBreakerOpened})
+		r.RecordEvent(observe.Event{Kind: observe.EventBreakerOpened})
 		if got := h.take(); len(got) != 1 || got[0].attrs["suppressed"] != "" {
 			t.Errorf("breaker event after lease-lost flood: %v; want 1 line", got)
 		}
@@ -189,13 +190,13 @@ func TestDefaults(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r, h := newRecorder(t, herdslog.Options{})
 		for range herdslog.DefaultBurst + 5 {
-			r.RecordEvent(herd.Event{Kind: herd.EventRefreshFailed, Key: "k", Err: errOrigin})
+			r.RecordEvent(observe.Event{Kind: observe.EventRefreshFailed, Key: "k", Err: errOrigin})
 		}
 		if got := h.take(); len(got) != herdslog.DefaultBurst {
 			t.Errorf("%d lines for %d events at once, want %d", len(got), herdslog.DefaultBurst+5, herdslog.DefaultBurst)
 		}
 		time.Sleep(herdslog.DefaultInterval / herdslog.DefaultBurst)
-		r.RecordEvent(herd.Event{Kind: herd.EventRefreshFailed, Key: "k", Err: errOrigin})
+		r.RecordEvent(observe.Event{Kind: observe.EventRefreshFailed, Key: "k", Err: errOrigin})
 		if got := h.take(); len(got) != 1 || got[0].attrs["suppressed"] != "5" {
 			t.Errorf("after Interval/Burst: %v; want one line with suppressed=5", got)
 		}
@@ -210,7 +211,7 @@ func TestDisabledLevel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opened := herd.Event{Kind: herd.EventBreakerOpened}
+	opened := observe.Event{Kind: observe.EventBreakerOpened}
 	r.RecordEvent(opened) // Warn, below the handler's level
 	r.RecordEvent(opened)
 	h.level = slog.LevelInfo

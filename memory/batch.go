@@ -6,14 +6,14 @@ import (
 	"crypto/rand"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/remote/notify"
 )
 
 var (
-	_ herd.BatchStore = (*Remote)(nil)
-	_ herd.BatchLease = (*Remote)(nil)
+	_ remote.BatchStore = (*Remote)(nil)
+	_ remote.BatchLease = (*Remote)(nil)
 )
 
 // The batch calls of a Remote make one single-key call per entry, in
@@ -24,9 +24,9 @@ var (
 // batch that spans servers.
 
 // LoadMany does what Load does for each key.
-func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
+func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 	r.countBatch()
-	out := make([]herd.Loaded, len(keys))
+	out := make([]remote.Loaded, len(keys))
 	for i, key := range keys {
 		out[i].Value, out[i].Err = r.Load(ctx, key)
 	}
@@ -36,9 +36,9 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
 // AcquireMany does what Acquire does for each request, and when the lease
 // is taken or found held sets Stale to a copy of the value stored under
 // the key, if it has one that was not fresh enough or does not decode.
-func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl time.Duration) []herd.Acquired {
+func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, ttl time.Duration) []remote.Acquired {
 	r.countBatch()
-	out := make([]herd.Acquired, len(reqs))
+	out := make([]remote.Acquired, len(reqs))
 	for i, req := range reqs {
 		r.mu.Lock()
 		out[i] = r.acquire(ctx, req.Key, ttl, req.After)
@@ -48,12 +48,12 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 }
 
 // acquire is Acquire with r.mu held, with the stale value of AcquireMany.
-func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) herd.Acquired {
+func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) remote.Acquired {
 	if err := r.check(ctx, "acquire", key); err != nil {
-		return herd.Acquired{Err: err}
+		return remote.Acquired{Err: err}
 	}
 	if err := r.checkTTL(ttl, "acquire", key); err != nil {
-		return herd.Acquired{Err: err}
+		return remote.Acquired{Err: err}
 	}
 	now := time.Now()
 	e := r.entry(key, now, true)
@@ -61,27 +61,27 @@ func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, aft
 		ev, err := envelope.Decode(e.value)
 		if err == nil && ev.Soft > now.UnixMilli() && ev.Soft > after.UnixMilli() {
 			r.stats.AcquireValue++
-			return herd.Acquired{Grant: herd.Grant{Value: bytes.Clone(e.value)}}
+			return remote.Acquired{Grant: remote.Grant{Value: bytes.Clone(e.value)}}
 		}
 	}
 	if e.token != "" {
 		r.stats.AcquireHeld++
-		return herd.Acquired{Grant: herd.Grant{HeldFor: e.leaseEnd.Sub(now)}, Stale: bytes.Clone(e.value)}
+		return remote.Acquired{Grant: remote.Grant{HeldFor: e.leaseEnd.Sub(now)}, Stale: bytes.Clone(e.value)}
 	}
 	if err := r.canAdvance(e, "acquire", key); err != nil {
-		return herd.Acquired{Err: err}
+		return remote.Acquired{Err: err}
 	}
 	e.token = rand.Text()
 	e.leaseEnd = now.Add(ttl)
 	advance(e, nextFence(e, now), now, ttl)
 	r.stats.AcquireLease++
-	return herd.Acquired{Grant: herd.Grant{Token: e.token, Fence: e.fence}, Stale: bytes.Clone(e.value)}
+	return remote.Acquired{Grant: remote.Grant{Token: e.token, Fence: e.fence}, Stale: bytes.Clone(e.value)}
 }
 
 // ExtendMany does what Extend does for each lease.
-func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time.Duration) []herd.Outcome {
+func (r *Remote) ExtendMany(ctx context.Context, leases []remote.HeldKey, ttl time.Duration) []remote.Outcome {
 	r.countBatch()
-	out := make([]herd.Outcome, len(leases))
+	out := make([]remote.Outcome, len(leases))
 	for i, l := range leases {
 		out[i].OK, out[i].Err = r.Extend(ctx, l.Key, l.Token, ttl)
 	}
@@ -91,8 +91,8 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 // WriteReleaseMany does what WriteRelease does for each write, or Release
 // when its Env is nil. Each stored value notifies subscribers on its own
 // and each release announces its key's completion, as the single calls do.
-func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) []herd.Outcome {
-	out := make([]herd.Outcome, len(writes))
+func (r *Remote) WriteReleaseMany(ctx context.Context, writes []remote.HeldWrite) []remote.Outcome {
+	out := make([]remote.Outcome, len(writes))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Batches++

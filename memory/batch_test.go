@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 )
 
 // grantString describes g without its token, which is random: two remotes
 // given the same calls under synctest's still clock give the same string.
-func grantString(g herd.Grant, err error) string {
+func grantString(g remote.Grant, err error) string {
 	switch {
 	case err != nil:
 		return "error " + err.Error()
@@ -93,7 +93,7 @@ func TestAcquireManyMatchesAcquire(t *testing.T) {
 				}
 
 				g, err := single.Acquire(ctx, "k", ttl, after)
-				got := batch.AcquireMany(ctx, []herd.LeaseRequest{{Key: "k", After: after}}, ttl)
+				got := batch.AcquireMany(ctx, []remote.LeaseRequest{{Key: "k", After: after}}, ttl)
 				if len(got) != 1 {
 					t.Fatalf("AcquireMany of one request returned %d entries", len(got))
 				}
@@ -140,21 +140,21 @@ func TestBatchMatchesSingleCalls(t *testing.T) {
 			tokens[r] = map[string]string{"held": g.Token}
 		}
 		var singleOut, batchOut []string
-		record := func(out *[]string, r *Remote, key string, g herd.Grant, err error) {
+		record := func(out *[]string, r *Remote, key string, g remote.Grant, err error) {
 			*out = append(*out, key+": "+grantString(g, err))
 			if g.Token != "" {
 				tokens[r][key] = g.Token
 			}
 		}
 		fence := func(r *Remote, key string) uint64 { f, _ := fenceOf(r, key); return f }
-		writes := func(r *Remote) []herd.HeldWrite {
+		writes := func(r *Remote) []remote.HeldWrite {
 			tok := tokens[r]
-			return []herd.HeldWrite{
-				{HeldKey: herd.HeldKey{Key: "stale", Token: tok["stale"]}, Env: envAt("new", time.Minute, time.Hour), Fence: fence(r, "stale"), TTL: time.Hour},
-				{HeldKey: herd.HeldKey{Key: "missing", Token: tok["missing"]}}, // release only
-				{HeldKey: herd.HeldKey{Key: "held", Token: "wrong"}, Env: envAt("late", time.Minute, time.Hour), Fence: fence(r, "held") - 1, TTL: time.Hour},
-				{HeldKey: herd.HeldKey{Key: "", Token: tok[""]}, Env: []byte("junk"), Fence: fence(r, ""), TTL: time.Hour},
-				{HeldKey: herd.HeldKey{Key: "other", Token: "none"}, Env: envAt("other", time.Minute, time.Hour), TTL: 0},
+			return []remote.HeldWrite{
+				{HeldKey: remote.HeldKey{Key: "stale", Token: tok["stale"]}, Env: envAt("new", time.Minute, time.Hour), Fence: fence(r, "stale"), TTL: time.Hour},
+				{HeldKey: remote.HeldKey{Key: "missing", Token: tok["missing"]}}, // release only
+				{HeldKey: remote.HeldKey{Key: "held", Token: "wrong"}, Env: envAt("late", time.Minute, time.Hour), Fence: fence(r, "held") - 1, TTL: time.Hour},
+				{HeldKey: remote.HeldKey{Key: "", Token: tok[""]}, Env: []byte("junk"), Fence: fence(r, ""), TTL: time.Hour},
+				{HeldKey: remote.HeldKey{Key: "other", Token: "none"}, Env: envAt("other", time.Minute, time.Hour), TTL: 0},
 			}
 		}
 
@@ -162,7 +162,7 @@ func TestBatchMatchesSingleCalls(t *testing.T) {
 			g, err := single.Acquire(ctx, k, time.Minute, time.Time{})
 			record(&singleOut, single, k, g, err)
 		}
-		reqs := make([]herd.LeaseRequest, len(keys))
+		reqs := make([]remote.LeaseRequest, len(keys))
 		for i, k := range keys {
 			reqs[i].Key = k
 		}
@@ -174,9 +174,9 @@ func TestBatchMatchesSingleCalls(t *testing.T) {
 			ok, err := single.Extend(ctx, k, tokens[single][k], 2*time.Minute)
 			singleOut = append(singleOut, fmt.Sprintf("extend %s: %v %v", k, ok, err))
 		}
-		held := make([]herd.HeldKey, len(keys))
+		held := make([]remote.HeldKey, len(keys))
 		for i, k := range keys {
-			held[i] = herd.HeldKey{Key: k, Token: tokens[batch][k]}
+			held[i] = remote.HeldKey{Key: k, Token: tokens[batch][k]}
 		}
 		for i, o := range batch.ExtendMany(ctx, held, 2*time.Minute) {
 			batchOut = append(batchOut, fmt.Sprintf("extend %s: %v %v", keys[i], o.OK, o.Err))
@@ -252,18 +252,18 @@ func TestBatchFailsPerEntry(t *testing.T) {
 			for _, l := range r.LoadMany(ctx, []string{"a", "b"}) {
 				errs = append(errs, l.Err)
 			}
-			for _, a := range r.AcquireMany(ctx, []herd.LeaseRequest{{Key: "a"}, {Key: "b"}}, time.Minute) {
+			for _, a := range r.AcquireMany(ctx, []remote.LeaseRequest{{Key: "a"}, {Key: "b"}}, time.Minute) {
 				if a.Stale != nil {
 					t.Errorf("AcquireMany entry that failed has Stale %q", a.Stale)
 				}
 				errs = append(errs, a.Err)
 			}
-			for _, o := range r.ExtendMany(ctx, []herd.HeldKey{{Key: "a", Token: g.Token}, {Key: "b"}}, time.Minute) {
+			for _, o := range r.ExtendMany(ctx, []remote.HeldKey{{Key: "a", Token: g.Token}, {Key: "b"}}, time.Minute) {
 				errs = append(errs, o.Err)
 			}
-			for _, o := range r.WriteReleaseMany(ctx, []herd.HeldWrite{
-				{HeldKey: herd.HeldKey{Key: "a", Token: g.Token}, Env: envAt("w", time.Minute, time.Hour), Fence: g.Fence, TTL: time.Hour},
-				{HeldKey: herd.HeldKey{Key: "b", Token: "t"}},
+			for _, o := range r.WriteReleaseMany(ctx, []remote.HeldWrite{
+				{HeldKey: remote.HeldKey{Key: "a", Token: g.Token}, Env: envAt("w", time.Minute, time.Hour), Fence: g.Fence, TTL: time.Hour},
+				{HeldKey: remote.HeldKey{Key: "b", Token: "t"}},
 			}) {
 				errs = append(errs, o.Err)
 			}
@@ -306,7 +306,7 @@ func TestBatchCopies(t *testing.T) {
 	if got := loaded[1].Value; string(got) != "junk" {
 		t.Fatalf("LoadMany of an undecodable value = %q, want it as stored", got)
 	}
-	acquired := r.AcquireMany(ctx, []herd.LeaseRequest{{Key: "fresh"}, {Key: "stale"}, {Key: "junk"}}, time.Minute)
+	acquired := r.AcquireMany(ctx, []remote.LeaseRequest{{Key: "fresh"}, {Key: "stale"}, {Key: "junk"}}, time.Minute)
 	if got := acquired[2]; got.Token == "" || string(got.Stale) != "junk" {
 		t.Fatalf("AcquireMany over an undecodable value = %+v, want a lease and Stale as stored", got)
 	}
@@ -324,8 +324,8 @@ func TestBatchCopies(t *testing.T) {
 	}
 
 	env := envAt("value", time.Hour, 2*time.Hour)
-	w := herd.HeldWrite{HeldKey: herd.HeldKey{Key: "stale", Token: acquired[1].Token}, Env: env, Fence: acquired[1].Fence, TTL: time.Hour}
-	if o := r.WriteReleaseMany(ctx, []herd.HeldWrite{w})[0]; !o.OK || o.Err != nil {
+	w := remote.HeldWrite{HeldKey: remote.HeldKey{Key: "stale", Token: acquired[1].Token}, Env: env, Fence: acquired[1].Fence, TTL: time.Hour}
+	if o := r.WriteReleaseMany(ctx, []remote.HeldWrite{w})[0]; !o.OK || o.Err != nil {
 		t.Fatalf("WriteReleaseMany = %+v, want OK", o)
 	}
 	env[len(env)-1] = 'X'

@@ -4,12 +4,12 @@ import (
 	"context"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/remote/notify"
 )
 
-var _ herd.Clearer = (*Remote)(nil)
+var _ remote.Clearer = (*Remote)(nil)
 
 // InvalidateAll drops every key's value and lease and advances every
 // key's fence, so that no write under a fence or lease taken before is

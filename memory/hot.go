@@ -8,10 +8,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 )
 
-var _ herd.HotSet = (*Remote)(nil)
+var _ remote.HotSet = (*Remote)(nil)
 
 // hotPeriod names one period's counts of the hot set: its length and its
 // number since the Unix epoch.
@@ -97,9 +97,9 @@ func rank(counts map[string]float64) []string {
 func hotArgs(op string, n int, period time.Duration) error {
 	switch {
 	case n <= 0:
-		return fmt.Errorf("memory: %s: count %d is not positive: %w", op, n, herd.ErrRejected)
+		return fmt.Errorf("memory: %s: count %d is not positive: %w", op, n, remote.ErrRejected)
 	case period <= 0:
-		return fmt.Errorf("memory: %s: period %v is not positive: %w", op, period, herd.ErrRejected)
+		return fmt.Errorf("memory: %s: period %v is not positive: %w", op, period, remote.ErrRejected)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/remote/notify"
 )
@@ -29,7 +29,7 @@ const (
 const minSweep = 1024
 
 // Remote holds encoded envelopes, fences and leases in memory. It implements
-// [herd.Store], [herd.Lease] and [herd.Notifier] and is safe for concurrent
+// [remote.Store], [remote.Lease] and [remote.Notifier] and is safe for concurrent
 // use. The zero value is not usable; call [New].
 //
 // Values, leases and fences expire, as in redisstore: a key's fence lasts
@@ -115,10 +115,10 @@ type Stats struct {
 }
 
 var (
-	_ herd.Store         = (*Remote)(nil)
-	_ herd.Lease         = (*Remote)(nil)
-	_ herd.WriteReleaser = (*Remote)(nil)
-	_ herd.Notifier      = (*Remote)(nil)
+	_ remote.Store         = (*Remote)(nil)
+	_ remote.Lease         = (*Remote)(nil)
+	_ remote.WriteReleaser = (*Remote)(nil)
+	_ remote.Notifier      = (*Remote)(nil)
 )
 
 // New returns an empty, healthy Remote.
@@ -290,7 +290,7 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 // and advances the fence. Soft expiries are compared at the millisecond
 // resolution of the envelope. A value that does not decode counts as no
 // fresh value.
-func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.acquire(ctx, key, ttl, after)
@@ -371,7 +371,7 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 }
 
 // Watch registers notify for the next completion of key announced after
-// it was called, as Wait waits for it, without blocking ([herd.Watcher]);
+// it was called, as Wait waits for it, without blocking ([remote.Watcher]);
 // notify is also called when the remote goes down.
 func (r *Remote) Watch(key string, notify func()) (stop func()) {
 	r.mu.Lock()
@@ -402,7 +402,7 @@ func (r *Remote) canAdvance(e *entry, op, key string) error {
 		return nil
 	}
 	r.stats.Failures++
-	return fmt.Errorf("memory: %s %q: fence %d cannot advance: %w", op, key, e.fence, herd.ErrRejected)
+	return fmt.Errorf("memory: %s %q: fence %d cannot advance: %w", op, key, e.fence, remote.ErrRejected)
 }
 
 // checkTTL refuses a ttl that is not positive. r.mu is held.
@@ -411,7 +411,7 @@ func (r *Remote) checkTTL(ttl time.Duration, op, key string) error {
 		return nil
 	}
 	r.stats.Failures++
-	return fmt.Errorf("memory: %s %q: ttl %v is not positive: %w", op, key, ttl, herd.ErrRejected)
+	return fmt.Errorf("memory: %s %q: ttl %v is not positive: %w", op, key, ttl, remote.ErrRejected)
 }
 
 // prepare checks env and ttl and returns a private copy of env. r.mu is held.
@@ -421,7 +421,7 @@ func (r *Remote) prepare(env []byte, ttl time.Duration, op, key string) ([]byte,
 	}
 	if _, err := envelope.Decode(env); err != nil {
 		r.stats.Failures++
-		return nil, fmt.Errorf("memory: %s %q: %w: %w", op, key, herd.ErrRejected, err)
+		return nil, fmt.Errorf("memory: %s %q: %w: %w", op, key, remote.ErrRejected, err)
 	}
 	return bytes.Clone(env), nil
 }
@@ -431,7 +431,7 @@ func (r *Remote) prepare(env []byte, ttl time.Duration, op, key string) ([]byte,
 func (r *Remote) store(e *entry, v []byte, fence uint64, hard time.Time, key string) error {
 	if err := envelope.SetFence(v, fence); err != nil {
 		r.stats.Failures++
-		return fmt.Errorf("memory: store %q: %w: %w", key, herd.ErrRejected, err)
+		return fmt.Errorf("memory: store %q: %w: %w", key, remote.ErrRejected, err)
 	}
 	e.value, e.hard = v, hard
 	return nil
@@ -542,8 +542,8 @@ func (r *Remote) notify(key string, fence uint64, dropped bool) {
 // stop drops the notices still queued, waits until fn has returned and the
 // goroutine has exited, and may be called more than once; it must not be
 // called from fn.
-func (r *Remote) Subscribe(fn func(herd.Notice)) (stop func()) {
-	s := notify.Start(func(n notify.Notice) { fn(herd.Notice(n)) }, subscribeQueue)
+func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
+	s := notify.Start(func(n notify.Notice) { fn(remote.Notice(n)) }, subscribeQueue)
 	r.mu.Lock()
 	r.subs[s] = struct{}{}
 	r.mu.Unlock()

@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) (herd.Store, herd.Lease) {
+	storetest.Run(t, func(t *testing.T) (remote.Store, remote.Lease) {
 		r := New()
 		return r, r
 	})
@@ -34,7 +34,7 @@ func envAt(value string, soft, hard time.Duration) []byte {
 	})
 }
 
-func mustLease(t *testing.T, r *Remote, key string, ttl time.Duration) herd.Grant {
+func mustLease(t *testing.T, r *Remote, key string, ttl time.Duration) remote.Grant {
 	t.Helper()
 	g, err := r.Acquire(t.Context(), key, ttl, time.Time{})
 	if err != nil || g.Token == "" {
@@ -184,7 +184,7 @@ type recorder struct {
 	keys []string
 }
 
-func (c *recorder) add(n herd.Notice) {
+func (c *recorder) add(n remote.Notice) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := fmt.Sprintf("%s@%d", n.Key, n.Fence)
@@ -252,7 +252,7 @@ func TestSubscribeStop(t *testing.T) {
 		r := New()
 		gate := make(chan struct{})
 		var c recorder
-		stop := r.Subscribe(func(n herd.Notice) {
+		stop := r.Subscribe(func(n remote.Notice) {
 			c.add(n)
 			<-gate
 		})
@@ -298,7 +298,7 @@ func TestSubscribeOverflow(t *testing.T) {
 		r := New()
 		gate := make(chan struct{})
 		var c recorder
-		stop := r.Subscribe(func(n herd.Notice) {
+		stop := r.Subscribe(func(n remote.Notice) {
 			c.add(n)
 			if n.Key == "first" {
 				<-gate

@@ -4,11 +4,11 @@ import (
 	"context"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 )
 
-var _ herd.Staler = (*Remote)(nil)
+var _ remote.Staler = (*Remote)(nil)
 
 // MarkStale advances key's fence and, when a value is stored, makes its soft
 // expiry now if that is earlier, under the new fence, keeping it until its

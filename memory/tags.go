@@ -4,11 +4,11 @@ import (
 	"context"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/notify"
 )
 
-var _ herd.Tagger = (*Remote)(nil)
+var _ remote.Tagger = (*Remote)(nil)
 
 // TagKeep is how long a Remote keeps the version of a tag that nobody
 // reads or invalidates.

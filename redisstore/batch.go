@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/remote/notify"
 )
@@ -24,8 +24,8 @@ import (
 // entry that fails leaves the others alone.
 
 var (
-	_ herd.BatchStore = (*Remote)(nil)
-	_ herd.BatchLease = (*Remote)(nil)
+	_ remote.BatchStore = (*Remote)(nil)
+	_ remote.BatchLease = (*Remote)(nil)
 )
 
 // The scripts of WriteReleaseMany, which announce nothing: it publishes one
@@ -40,8 +40,8 @@ var (
 // GETs of a pipeline that timed out are sent once more, in a pipeline of
 // their own. A key with none has a nil Value and no error. Like Load, it
 // does not check the bytes.
-func (r *Remote) LoadMany(ctx context.Context, keys []string) []herd.Loaded {
-	out := make([]herd.Loaded, len(keys))
+func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
+	out := make([]remote.Loaded, len(keys))
 	gen, ok := r.batchGeneration(ctx, "load", len(keys), func(i int, err error) { out[i].Err = err })
 	if !ok {
 		return out
@@ -109,8 +109,8 @@ func (r *Remote) getAll(ctx context.Context, names []string, which []int, gets [
 // An acquisition that timed out may have taken its lease: its entry gets
 // the error, and the lease is released (and announced) with the release
 // script.
-func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl time.Duration) []herd.Acquired {
-	out := make([]herd.Acquired, len(reqs))
+func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, ttl time.Duration) []remote.Acquired {
+	out := make([]remote.Acquired, len(reqs))
 	gen, ok := r.batchGeneration(ctx, "acquire", len(reqs), func(i int, err error) { out[i].Err = err })
 	if !ok {
 		return out
@@ -151,7 +151,7 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 			out[i].Err = fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
 			continue
 		}
-		out[i] = herd.Acquired{Grant: g, Stale: stale}
+		out[i] = remote.Acquired{Grant: g, Stale: stale}
 	}
 	r.releaseLapsed(ctx, reqs, lapsed)
 	return out
@@ -161,7 +161,7 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []herd.LeaseRequest, ttl 
 // taken before they timed out, which no caller holds, and announces their
 // completions, so that no lease is left held for its TTL; on ctx's values
 // but not its end, each pipeline within r.timeout.
-func (r *Remote) releaseLapsed(ctx context.Context, reqs []herd.LeaseRequest, runs []scriptRun) {
+func (r *Remote) releaseLapsed(ctx context.Context, reqs []remote.LeaseRequest, runs []scriptRun) {
 	if len(runs) == 0 {
 		return
 	}
@@ -180,8 +180,8 @@ func (r *Remote) releaseLapsed(ctx context.Context, reqs []herd.LeaseRequest, ru
 // ExtendMany does what Extend does for each lease, in pipelines of the
 // extend script bounded as "Batches" in the package doc says; a run that
 // timed out is sent once more.
-func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time.Duration) []herd.Outcome {
-	out := make([]herd.Outcome, len(leases))
+func (r *Remote) ExtendMany(ctx context.Context, leases []remote.HeldKey, ttl time.Duration) []remote.Outcome {
+	out := make([]remote.Outcome, len(leases))
 	gen, ok := r.batchGeneration(ctx, "extend", len(leases), func(i int, err error) { out[i].Err = err })
 	if !ok {
 		return out
@@ -238,8 +238,8 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []herd.HeldKey, ttl time
 // release script, and announced if that answers; its Err stays the
 // script's. If a PUBLISH fails, its notices are lost, as notices can be;
 // the outcomes stand.
-func (r *Remote) WriteReleaseMany(ctx context.Context, writes []herd.HeldWrite) []herd.Outcome {
-	out := make([]herd.Outcome, len(writes))
+func (r *Remote) WriteReleaseMany(ctx context.Context, writes []remote.HeldWrite) []remote.Outcome {
+	out := make([]remote.Outcome, len(writes))
 	gen, ok := r.batchGeneration(ctx, "write-release", len(writes), func(i int, err error) { out[i].Err = err })
 	if !ok {
 		return out

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/remote/notify"
 )
@@ -273,10 +273,10 @@ func batchKeys() []string {
 }
 
 // requests returns a LeaseRequest with no after for each key.
-func requests(keys []string) []herd.LeaseRequest {
-	reqs := make([]herd.LeaseRequest, len(keys))
+func requests(keys []string) []remote.LeaseRequest {
+	reqs := make([]remote.LeaseRequest, len(keys))
 	for i, k := range keys {
-		reqs[i] = herd.LeaseRequest{Key: k}
+		reqs[i] = remote.LeaseRequest{Key: k}
 	}
 	return reqs
 }
@@ -359,8 +359,8 @@ func testLoadMany(t *testing.T, env *batchEnv) {
 		if !bytes.Equal(got[i].Value, want) || (got[i].Value == nil) != (want == nil) || !sameErr(got[i].Err, err) {
 			t.Errorf("LoadMany[%d] (%q) = %q, %v; Load gives %q, %v", i, k, got[i].Value, got[i].Err, want, err)
 		}
-		if i%4 == 3 && !errors.Is(got[i].Err, herd.ErrRejected) {
-			t.Errorf("LoadMany[%d] of a hash: %v, want an error wrapping herd.ErrRejected", i, got[i].Err)
+		if i%4 == 3 && !errors.Is(got[i].Err, remote.ErrRejected) {
+			t.Errorf("LoadMany[%d] of a hash: %v, want an error wrapping remote.ErrRejected", i, got[i].Err)
 		}
 	}
 }
@@ -417,7 +417,7 @@ func testAcquireMany(t *testing.T, env *batchEnv) {
 	if len(got) != len(keys) {
 		t.Fatalf("AcquireMany of %d keys gave %d entries", len(keys), len(got))
 	}
-	kind := func(g herd.Grant) string {
+	kind := func(g remote.Grant) string {
 		switch {
 		case g.Value != nil:
 			return "value"
@@ -432,7 +432,7 @@ func testAcquireMany(t *testing.T, env *batchEnv) {
 	for i, k := range keys {
 		a := got[i]
 		want, err := twin.Acquire(ctx, k, time.Minute, reqs[i].After)
-		if (a.Err == nil) != (err == nil) || errors.Is(a.Err, herd.ErrRejected) != errors.Is(err, herd.ErrRejected) {
+		if (a.Err == nil) != (err == nil) || errors.Is(a.Err, remote.ErrRejected) != errors.Is(err, remote.ErrRejected) {
 			t.Errorf("AcquireMany[%d] (%q) error %v; Acquire's %v", i, k, a.Err, err)
 			continue
 		}
@@ -475,8 +475,8 @@ func testAcquireMany(t *testing.T, env *batchEnv) {
 			t.Errorf("AcquireMany[%d] (%q), a %s: Stale %q, want %q", i, k, kind(a.Grant), a.Stale, wantStale)
 		}
 	}
-	if got := got[len(keys)-1].Err; !errors.Is(got, herd.ErrRejected) {
-		t.Errorf("AcquireMany over a corrupt fence: %v, want an error wrapping herd.ErrRejected", got)
+	if got := got[len(keys)-1].Err; !errors.Is(got, remote.ErrRejected) {
+		t.Errorf("AcquireMany over a corrupt fence: %v, want an error wrapping remote.ErrRejected", got)
 	}
 	for _, want := range []int{0, 2, 3, 4, 5} { // every state but 1, the fresh value, gives a lease or a holder
 		if g := got[want]; g.Value != nil || (want == 3) != (g.HeldFor > 0) || (g.Stale == nil) != (want == 0) {
@@ -493,7 +493,7 @@ func testExtendMany(t *testing.T, env *batchEnv) {
 	ctx := t.Context()
 	keys := batchKeys()
 	acq := r.AcquireMany(ctx, requests(keys), time.Minute)
-	leases := make([]herd.HeldKey, 0, len(keys)+1)
+	leases := make([]remote.HeldKey, 0, len(keys)+1)
 	sent := 0
 	for i, k := range keys {
 		if acq[i].Err != nil || acq[i].Token == "" {
@@ -509,9 +509,9 @@ func testExtendMany(t *testing.T, env *batchEnv) {
 		if token != "" {
 			sent++
 		}
-		leases = append(leases, herd.HeldKey{Key: k, Token: token})
+		leases = append(leases, remote.HeldKey{Key: k, Token: token})
 	}
-	leases = append(leases, herd.HeldKey{Key: "no lease", Token: "some token"})
+	leases = append(leases, remote.HeldKey{Key: "no lease", Token: "some token"})
 	sent++
 
 	env.calls.reset()
@@ -558,17 +558,17 @@ func testWriteReleaseMany(t *testing.T, env *batchEnv) {
 	// Per key i: 0 writes and releases; 1 is refused, its fence stale, and
 	// releases; 2 releases only; 3 writes, its token stale, and leaves the
 	// lease. Two more are refused before any call.
-	writes := make([]herd.HeldWrite, 0, len(keys)+2)
-	twinWrites := make([]herd.HeldWrite, 0, len(keys)+2)
+	writes := make([]remote.HeldWrite, 0, len(keys)+2)
+	twinWrites := make([]remote.HeldWrite, 0, len(keys)+2)
 	for i, k := range keys {
 		if acq[i].Token == "" || twinAcq[i].Token == "" {
 			t.Fatalf("AcquireMany[%d] (%q) = %+v, %+v; want leases", i, k, acq[i], twinAcq[i])
 		}
 		for _, w := range []struct {
-			to *[]herd.HeldWrite
-			a  herd.Acquired
+			to *[]remote.HeldWrite
+			a  remote.Acquired
 		}{{&writes, acq[i]}, {&twinWrites, twinAcq[i]}} {
-			hw := herd.HeldWrite{HeldKey: herd.HeldKey{Key: k, Token: w.a.Token}, Env: fresh(fmt.Sprint("v", i)), Fence: w.a.Fence, TTL: time.Minute}
+			hw := remote.HeldWrite{HeldKey: remote.HeldKey{Key: k, Token: w.a.Token}, Env: fresh(fmt.Sprint("v", i)), Fence: w.a.Fence, TTL: time.Minute}
 			switch i % 4 {
 			case 1:
 				hw.Fence--
@@ -580,9 +580,9 @@ func testWriteReleaseMany(t *testing.T, env *batchEnv) {
 			*w.to = append(*w.to, hw)
 		}
 	}
-	rejected := []herd.HeldWrite{
-		{HeldKey: herd.HeldKey{Key: keys[0], Token: acq[0].Token}, Env: []byte("not an envelope"), Fence: acq[0].Fence, TTL: time.Minute},
-		{HeldKey: herd.HeldKey{Key: keys[0], Token: acq[0].Token}, Env: fresh("v"), Fence: acq[0].Fence},
+	rejected := []remote.HeldWrite{
+		{HeldKey: remote.HeldKey{Key: keys[0], Token: acq[0].Token}, Env: []byte("not an envelope"), Fence: acq[0].Fence, TTL: time.Minute},
+		{HeldKey: remote.HeldKey{Key: keys[0], Token: acq[0].Token}, Env: fresh("v"), Fence: acq[0].Fence},
 	}
 	writes = append(writes, rejected...)
 	twinWrites = append(twinWrites, rejected...)
@@ -622,18 +622,18 @@ func testWriteReleaseMany(t *testing.T, env *batchEnv) {
 	var written []notify.Notice
 	for i, w := range writes {
 		tw := twinWrites[i]
-		var want herd.Outcome
+		var want remote.Outcome
 		if tw.Env == nil {
 			want.Err = twin.Release(ctx, tw.Key, tw.Token)
 		} else {
 			want.OK, want.Err = twin.WriteRelease(ctx, tw.Key, tw.Env, tw.Fence, tw.TTL, tw.Token)
 		}
-		if got[i].OK != want.OK || (got[i].Err == nil) != (want.Err == nil) || errors.Is(got[i].Err, herd.ErrRejected) != errors.Is(want.Err, herd.ErrRejected) {
+		if got[i].OK != want.OK || (got[i].Err == nil) != (want.Err == nil) || errors.Is(got[i].Err, remote.ErrRejected) != errors.Is(want.Err, remote.ErrRejected) {
 			t.Errorf("WriteReleaseMany[%d] (%q) = %+v; the single calls give %+v", i, w.Key, got[i], want)
 		}
 		if i >= len(keys) {
-			if !errors.Is(got[i].Err, herd.ErrRejected) {
-				t.Errorf("WriteReleaseMany[%d] = %+v, want an error wrapping herd.ErrRejected", i, got[i])
+			if !errors.Is(got[i].Err, remote.ErrRejected) {
+				t.Errorf("WriteReleaseMany[%d] = %+v, want an error wrapping remote.ErrRejected", i, got[i])
 			}
 			continue
 		}
@@ -702,12 +702,12 @@ func testWriteReleasePartialFailure(t *testing.T, env *batchEnv) {
 		keys = append(keys, fmt.Sprint("ok/", i), fmt.Sprint("lost/", i))
 	}
 	acq := holder.AcquireMany(ctx, requests(keys), time.Minute)
-	writes := make([]herd.HeldWrite, len(keys))
+	writes := make([]remote.HeldWrite, len(keys))
 	for i, a := range acq {
 		if a.Token == "" {
 			t.Fatalf("AcquireMany[%d] = %+v, want a lease", i, a)
 		}
-		writes[i] = herd.HeldWrite{HeldKey: herd.HeldKey{Key: keys[i], Token: a.Token}, Env: fresh("v"), Fence: a.Fence, TTL: time.Minute}
+		writes[i] = remote.HeldWrite{HeldKey: remote.HeldKey{Key: keys[i], Token: a.Token}, Env: fresh("v"), Fence: a.Fence, TTL: time.Minute}
 		if i%4 >= 2 {
 			writes[i].Env = nil // release only
 		}
@@ -732,7 +732,7 @@ func testWriteReleasePartialFailure(t *testing.T, env *batchEnv) {
 	for i, o := range got {
 		lost := i%2 == 1
 		switch {
-		case lost && (!errors.Is(o.Err, errInjected) || errors.Is(o.Err, herd.ErrRejected) || o.OK):
+		case lost && (!errors.Is(o.Err, errInjected) || errors.Is(o.Err, remote.ErrRejected) || o.OK):
 			t.Errorf("WriteReleaseMany[%d] (%q) = %+v, want the injected error", i, keys[i], o)
 		case !lost && (o.Err != nil || o.OK != (writes[i].Env != nil)):
 			t.Errorf("WriteReleaseMany[%d] (%q) = %+v, want OK %v", i, keys[i], o, writes[i].Env != nil)
@@ -780,13 +780,13 @@ func testBatchRefused(t *testing.T, env *batchEnv) {
 	}
 	keys := []string{"a", "b", "c"}
 	for i, a := range r.AcquireMany(ctx, requests(keys), 0) {
-		if !errors.Is(a.Err, herd.ErrRejected) {
-			t.Errorf("AcquireMany[%d] with ttl 0 = %+v, want an error wrapping herd.ErrRejected", i, a)
+		if !errors.Is(a.Err, remote.ErrRejected) {
+			t.Errorf("AcquireMany[%d] with ttl 0 = %+v, want an error wrapping remote.ErrRejected", i, a)
 		}
 	}
-	for i, o := range r.ExtendMany(ctx, []herd.HeldKey{{Key: "a", Token: "t"}}, -time.Second) {
-		if !errors.Is(o.Err, herd.ErrRejected) {
-			t.Errorf("ExtendMany[%d] with ttl -1s = %+v, want an error wrapping herd.ErrRejected", i, o)
+	for i, o := range r.ExtendMany(ctx, []remote.HeldKey{{Key: "a", Token: "t"}}, -time.Second) {
+		if !errors.Is(o.Err, remote.ErrRejected) {
+			t.Errorf("ExtendMany[%d] with ttl -1s = %+v, want an error wrapping remote.ErrRejected", i, o)
 		}
 	}
 	if got := env.calls.counted(); got.total() != 0 || got.alone["publish"] != 0 {
@@ -808,11 +808,11 @@ func testBatchRefused(t *testing.T, env *batchEnv) {
 	for i, a := range r.AcquireMany(ctx, requests(keys), time.Minute) {
 		closed("AcquireMany", i, a.Err)
 	}
-	for i, o := range r.ExtendMany(ctx, []herd.HeldKey{{Key: "a", Token: "t"}}, time.Minute) {
+	for i, o := range r.ExtendMany(ctx, []remote.HeldKey{{Key: "a", Token: "t"}}, time.Minute) {
 		closed("ExtendMany", i, o.Err)
 	}
-	for i, o := range r.WriteReleaseMany(ctx, []herd.HeldWrite{{HeldKey: herd.HeldKey{Key: "a", Token: "t"}},
-		{HeldKey: herd.HeldKey{Key: "b", Token: "t"}, Env: fresh("v"), Fence: 1, TTL: time.Minute}}) {
+	for i, o := range r.WriteReleaseMany(ctx, []remote.HeldWrite{{HeldKey: remote.HeldKey{Key: "a", Token: "t"}},
+		{HeldKey: remote.HeldKey{Key: "b", Token: "t"}, Env: fresh("v"), Fence: 1, TTL: time.Minute}}) {
 		closed("WriteReleaseMany", i, o.Err)
 	}
 }
@@ -844,14 +844,14 @@ func testBatchScriptFlush(t *testing.T, env *batchEnv) {
 	env.calls.reset()
 	acq := r.AcquireMany(ctx, requests(keys), time.Minute)
 	bounded("AcquireMany", 1)
-	leases := make([]herd.HeldKey, len(keys))
-	writes := make([]herd.HeldWrite, len(keys))
+	leases := make([]remote.HeldKey, len(keys))
+	writes := make([]remote.HeldWrite, len(keys))
 	for i, a := range acq {
 		if a.Err != nil || a.Token == "" {
 			t.Fatalf("AcquireMany[%d] after SCRIPT FLUSH = %+v, want a lease", i, a)
 		}
-		leases[i] = herd.HeldKey{Key: keys[i], Token: a.Token}
-		writes[i] = herd.HeldWrite{HeldKey: leases[i], Fence: a.Fence, TTL: time.Minute}
+		leases[i] = remote.HeldKey{Key: keys[i], Token: a.Token}
+		writes[i] = remote.HeldWrite{HeldKey: leases[i], Fence: a.Fence, TTL: time.Minute}
 		if i%2 == 0 {
 			writes[i].Env = fresh("v")
 		}
@@ -1097,7 +1097,7 @@ func BenchmarkLoadMany100(b *testing.B) {
 func BenchmarkAcquireMany100(b *testing.B) {
 	r := newRemote(b, redistest.Server(b).Client(), Options{})
 	ctx := context.Background()
-	reqs := make([]herd.LeaseRequest, 100)
+	reqs := make([]remote.LeaseRequest, 100)
 	for i := range reqs {
 		reqs[i].Key = "bench/acquire/" + strconv.Itoa(i)
 	}

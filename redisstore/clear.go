@@ -8,12 +8,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/keyspace"
 	"github.com/herdcache/herd/remote/notify"
 )
 
-var _ herd.Clearer = (*Remote)(nil)
+var _ remote.Clearer = (*Remote)(nil)
 
 // InvalidateAll retires every key at once, with one script on one key
 // whatever the number of keys: it advances the keyspace's generation, kept
@@ -68,7 +68,7 @@ func (r *Remote) generation(ctx context.Context, op, key string) (uint64, error)
 		return 0, fail(op, key, fmt.Errorf("reading the generation: %w", err))
 	default:
 		if g, err = strconv.ParseUint(s, 10, 64); err != nil {
-			return 0, fmt.Errorf("redisstore: %s %q: the generation key %q holds %q, not a generation: %w", op, key, r.space.Generation(), s, herd.ErrRejected)
+			return 0, fmt.Errorf("redisstore: %s %q: the generation key %q holds %q, not a generation: %w", op, key, r.space.Generation(), s, remote.ErrRejected)
 		}
 	}
 	r.learnGeneration(g)

@@ -11,10 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 )
 
-var _ herd.HotSet = (*Remote)(nil)
+var _ remote.HotSet = (*Remote)(nil)
 
 // The hot set keeps each period's counts in a sorted set,
 // <prefix>hot:{hot}:<period in ms>:<period number>, numbered by the
@@ -116,9 +116,9 @@ func (r *Remote) hotArgs(op string, n int, period time.Duration) (int64, error) 
 	}
 	switch {
 	case n <= 0:
-		return 0, fmt.Errorf("redisstore: %s: count %d is not positive: %w", op, n, herd.ErrRejected)
+		return 0, fmt.Errorf("redisstore: %s: count %d is not positive: %w", op, n, remote.ErrRejected)
 	case period < time.Millisecond:
-		return 0, fmt.Errorf("redisstore: %s: period %v is under a millisecond: %w", op, period, herd.ErrRejected)
+		return 0, fmt.Errorf("redisstore: %s: period %v is under a millisecond: %w", op, period, remote.ErrRejected)
 	}
 	return time.Now().UnixNano() / int64(period), nil
 }

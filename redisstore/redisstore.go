@@ -40,7 +40,7 @@
 // and never stepped back (NTP slews small corrections). A holder whose
 // fence key has gone cannot write: a missing key holds only fence 0.
 //
-// InvalidateAll ([herd.Clearer]) retires every key with one script on one
+// InvalidateAll ([remote.Clearer]) retires every key with one script on one
 // key, <prefix>{gen}, which holds the keyspace's generation: max(the last
 // + 1, the server's clock in Unix microseconds). The names of a key in a
 // generation past 0 carry it after the tag, <prefix>{<tag>}#<gen>:<key>:v,
@@ -52,7 +52,7 @@
 // Remote that finds none reads generation 0, so keep it from eviction: use
 // a volatile-* maxmemory-policy (or noeviction) with InvalidateAll.
 //
-// Tag versions ([herd.Tagger]) live under <prefix>{<hash>}:<tag>:t, the
+// Tag versions ([remote.Tagger]) live under <prefix>{<hash>}:<tag>:t, the
 // hash made from the tag's bytes, so tags spread over the slots; each is a
 // time on the server's clock in Unix microseconds, like a fence, and is
 // kept for TagKeep (a day) after its last read or InvalidateTag. A version
@@ -79,7 +79,7 @@
 // key's length in bytes, and every number a canonical decimal; a message
 // that does not parse is ignored whole.
 //
-// Batches. The batch calls ([herd.BatchStore], [herd.BatchLease],
+// Batches. The batch calls ([remote.BatchStore], [remote.BatchLease],
 // TagVersions, and AddHot in transactions) send their entries, in order,
 // in pipelines of GETs (LoadMany) or of one command or script run per key,
 // one pipeline after another, each within Timeout, so that a batch of any
@@ -122,7 +122,7 @@
 // releases each entry whose script failed once more with the release
 // script.
 //
-// The fleet's hot set ([herd.HotSet]) is one sorted set per period,
+// The fleet's hot set ([remote.HotSet]) is one sorted set per period,
 // <prefix>hot:{hot}:<period ms>:<number>, numbered by the replicas' clocks,
 // trimmed to the keys read most and kept for three periods; all share one
 // hash slot.
@@ -130,7 +130,7 @@
 // header, expiries out of order or past 2262-04-11, a fence at or above
 // 2^53) as absent, so it is reloaded once, under the fence. An error reply
 // about one key's state (a fence key that holds no fence, a key of another
-// type) wraps [herd.ErrRejected], which the cache's breaker does not count.
+// type) wraps [remote.ErrRejected], which the cache's breaker does not count.
 //
 // Redis settings. Any maxmemory-policy works: an evicted value is a miss,
 // reloaded under the fence; an evicted lease may cost a second load beside
@@ -223,7 +223,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/remote/keyspace"
 	"github.com/herdcache/herd/remote/notify"
@@ -308,8 +308,8 @@ func NewClient(o *redis.UniversalOptions) redis.UniversalClient {
 	return redis.NewUniversalClient(&c)
 }
 
-// Remote is a remote tier in Redis. It implements [herd.Store], [herd.Lease],
-// [herd.Notifier], [herd.HotSet], [herd.BatchStore] and [herd.BatchLease]
+// Remote is a remote tier in Redis. It implements [remote.Store], [remote.Lease],
+// [remote.Notifier], [remote.HotSet], [remote.BatchStore] and [remote.BatchLease]
 // and is safe for concurrent use. Make it with [New] and stop it with Close.
 type Remote struct {
 	client  redis.UniversalClient
@@ -375,10 +375,10 @@ type Remote struct {
 }
 
 var (
-	_ herd.Store         = (*Remote)(nil)
-	_ herd.Lease         = (*Remote)(nil)
-	_ herd.WriteReleaser = (*Remote)(nil)
-	_ herd.Notifier      = (*Remote)(nil)
+	_ remote.Store         = (*Remote)(nil)
+	_ remote.Lease         = (*Remote)(nil)
+	_ remote.WriteReleaser = (*Remote)(nil)
+	_ remote.Notifier      = (*Remote)(nil)
 )
 
 // New returns a Remote over o.Client and subscribes it to the notice
@@ -654,29 +654,29 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 // and its soft expiry is later than both the server's clock and after;
 // otherwise how long the current lease has left if one is held; otherwise it
 // takes the lease for ttl under a new random token and advances the fence.
-func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (herd.Grant, error) {
+func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	if err := r.check("acquire", key); err != nil {
-		return herd.Grant{}, err
+		return remote.Grant{}, err
 	}
 	ms, err := millis("acquire", key, ttl)
 	if err != nil {
-		return herd.Grant{}, err
+		return remote.Grant{}, err
 	}
 	afterMs := max(after.UnixMilli(), 0) // every stored soft expiry is ≥ 0
 	token := newToken()
 	n, err := r.names(ctx, "acquire", key)
 	if err != nil {
-		return herd.Grant{}, err
+		return remote.Grant{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms)).Slice()
 	if err != nil {
-		return herd.Grant{}, fail("acquire", key, err)
+		return remote.Grant{}, fail("acquire", key, err)
 	}
 	g, _, ok := grant(res, token)
 	if !ok {
-		return herd.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+		return remote.Grant{}, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
 	}
 	return g, nil
 }
@@ -684,31 +684,31 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 // grant reads the acquire script's reply to an acquisition under token: the
 // Grant, and the stored value that was not fresh if the script was asked
 // for it and one is stored. It reports false for a reply of another shape.
-func grant(res []any, token string) (g herd.Grant, stale []byte, ok bool) {
+func grant(res []any, token string) (g remote.Grant, stale []byte, ok bool) {
 	if len(res) == 3 {
 		v, isString := res[2].(string)
 		if !isString {
-			return herd.Grant{}, nil, false
+			return remote.Grant{}, nil, false
 		}
 		stale = append(make([]byte, 0, len(v)), v...) // not nil, even when empty
 	} else if len(res) != 2 {
-		return herd.Grant{}, nil, false
+		return remote.Grant{}, nil, false
 	}
 	switch kind, _ := res[0].(int64); kind {
 	case 1:
 		if v, isString := res[1].(string); isString && len(res) == 2 {
-			return herd.Grant{Value: []byte(v)}, nil, true
+			return remote.Grant{Value: []byte(v)}, nil, true
 		}
 	case 2:
 		if f, isInt := res[1].(int64); isInt && f > 0 {
-			return herd.Grant{Token: token, Fence: uint64(f)}, stale, true
+			return remote.Grant{Token: token, Fence: uint64(f)}, stale, true
 		}
 	case 3:
 		if left, isInt := res[1].(int64); isInt && left > 0 {
-			return herd.Grant{HeldFor: time.Duration(left) * time.Millisecond}, stale, true
+			return remote.Grant{HeldFor: time.Duration(left) * time.Millisecond}, stale, true
 		}
 	}
-	return herd.Grant{}, nil, false
+	return remote.Grant{}, nil, false
 }
 
 // Extend pushes key's lease expiry to ttl from now if token still holds it,
@@ -816,13 +816,13 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 // goroutine has exited, and may be called more than once; it must not be
 // called from fn. After Close, Subscribe starts nothing and fn is never
 // called.
-func (r *Remote) Subscribe(fn func(herd.Notice)) (stop func()) {
+func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
 	r.mu.Lock()
 	if r.closed.Load() {
 		r.mu.Unlock()
 		return func() {}
 	}
-	s := notify.Start(func(n notify.Notice) { fn(herd.Notice(n)) }, subscribeQueue)
+	s := notify.Start(func(n notify.Notice) { fn(remote.Notice(n)) }, subscribeQueue)
 	r.subs[s] = struct{}{}
 	r.mu.Unlock()
 	return func() {
@@ -1007,7 +1007,7 @@ func (r *Remote) prepare(op, key string, env []byte, ttl time.Duration) (int64, 
 		return 0, err
 	}
 	if _, err := envelope.Decode(env); err != nil {
-		return 0, fmt.Errorf("redisstore: %s %q: %w: %w", op, key, herd.ErrRejected, err)
+		return 0, fmt.Errorf("redisstore: %s %q: %w: %w", op, key, remote.ErrRejected, err)
 	}
 	return ms, nil
 }
@@ -1022,7 +1022,7 @@ func (r *Remote) fenceTTL(ms int64) int64 {
 // milliseconds), or an error if ttl is not positive.
 func millis(op, key string, ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
-		return 0, fmt.Errorf("redisstore: %s %q: ttl %v is not positive: %w", op, key, ttl, herd.ErrRejected)
+		return 0, fmt.Errorf("redisstore: %s %q: ttl %v is not positive: %w", op, key, ttl, remote.ErrRejected)
 	}
 	ms := ttl / time.Millisecond
 	if ttl%time.Millisecond != 0 {
@@ -1032,7 +1032,7 @@ func millis(op, key string, ttl time.Duration) (int64, error) {
 }
 
 // fail wraps the error of a Redis call. An error reply about this call's key
-// alone wraps [herd.ErrRejected], so that it does not count against the
+// alone wraps [remote.ErrRejected], so that it does not count against the
 // server's health: herd's own script errors (a fence key that holds no
 // fence), WRONGTYPE (a key of herd's overwritten by another type) and a
 // script that failed on the key's bytes. Transport errors, timeouts and
@@ -1042,7 +1042,7 @@ func fail(op, key string, err error) error {
 	if errors.As(err, &reply) {
 		msg := reply.Error()
 		if strings.HasPrefix(msg, "HERD ") || strings.HasPrefix(msg, "WRONGTYPE ") || strings.HasPrefix(msg, "ERR user_script:") {
-			return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, herd.ErrRejected, err)
+			return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, remote.ErrRejected, err)
 		}
 	}
 	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/remote/keyspace"
 	"github.com/herdcache/herd/remote/notify"
@@ -64,7 +65,7 @@ func TestConformance(t *testing.T) {
 	t.Run("Single", func(t *testing.T) {
 		t.Parallel()
 		c := redistest.Server(t).Client()
-		storetest.Run(t, func(t *testing.T) (herd.Store, herd.Lease) {
+		storetest.Run(t, func(t *testing.T) (remote.Store, remote.Lease) {
 			r := newRemote(t, c, Options{})
 			return r, r
 		})
@@ -72,7 +73,7 @@ func TestConformance(t *testing.T) {
 	t.Run("Cluster", func(t *testing.T) {
 		t.Parallel()
 		c := redistest.Cluster(t).Client()
-		storetest.Run(t, func(t *testing.T) (herd.Store, herd.Lease) {
+		storetest.Run(t, func(t *testing.T) (remote.Store, remote.Lease) {
 			r := newRemote(t, c, Options{})
 			return r, r
 		})
@@ -321,7 +322,7 @@ func TestAcquireAgreesWithDecode(t *testing.T) {
 	t.Logf("%d of %d cases valid and fresh", accepted, cases)
 }
 
-// TestRejectedErrors checks which errors wrap herd.ErrRejected: a reply
+// TestRejectedErrors checks which errors wrap remote.ErrRejected: a reply
 // about one key's state does, a server that cannot be reached does not.
 func TestRejectedErrors(t *testing.T) {
 	t.Parallel()
@@ -332,23 +333,23 @@ func TestRejectedErrors(t *testing.T) {
 	if err := c.HSet(ctx, n.Value, "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Load(ctx, "wrongtype"); !errors.Is(err, herd.ErrRejected) {
-		t.Errorf("Load of a hash = %v, want an error wrapping herd.ErrRejected", err)
+	if _, err := r.Load(ctx, "wrongtype"); !errors.Is(err, remote.ErrRejected) {
+		t.Errorf("Load of a hash = %v, want an error wrapping remote.ErrRejected", err)
 	}
 	if err := c.Set(ctx, r.space.Names("badfence").Fence, "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Acquire(ctx, "badfence", time.Minute, time.Time{}); !errors.Is(err, herd.ErrRejected) {
-		t.Errorf("Acquire over a corrupt fence = %v, want an error wrapping herd.ErrRejected", err)
+	if _, err := r.Acquire(ctx, "badfence", time.Minute, time.Time{}); !errors.Is(err, remote.ErrRejected) {
+		t.Errorf("Acquire over a corrupt fence = %v, want an error wrapping remote.ErrRejected", err)
 	}
-	if _, err := r.Set(ctx, "k", fresh("v"), 0); !errors.Is(err, herd.ErrRejected) {
-		t.Errorf("Set with ttl 0 = %v, want an error wrapping herd.ErrRejected", err)
+	if _, err := r.Set(ctx, "k", fresh("v"), 0); !errors.Is(err, remote.ErrRejected) {
+		t.Errorf("Set with ttl 0 = %v, want an error wrapping remote.ErrRejected", err)
 	}
 	down := NewClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, MaxRetries: -1})
 	defer down.Close()
 	rd := newRemote(t, down, Options{Timeout: 200 * time.Millisecond})
-	if _, err := rd.Load(ctx, "k"); err == nil || errors.Is(err, herd.ErrRejected) {
-		t.Errorf("Load from a server that is not there = %v, want an error that does not wrap herd.ErrRejected", err)
+	if _, err := rd.Load(ctx, "k"); err == nil || errors.Is(err, remote.ErrRejected) {
+		t.Errorf("Load from a server that is not there = %v, want an error that does not wrap remote.ErrRejected", err)
 	}
 }
 
@@ -473,8 +474,8 @@ func TestFence(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Load: %v", err)
 		}
-		if f, err := r.Set(ctx, k, fresh("other"), time.Minute); !errors.Is(err, herd.ErrRejected) || !strings.HasPrefix(err.Error(), "redisstore: ") {
-			t.Errorf("fence %q: Set = %d, %v; want a redisstore error wrapping herd.ErrRejected", bad, f, err)
+		if f, err := r.Set(ctx, k, fresh("other"), time.Minute); !errors.Is(err, remote.ErrRejected) || !strings.HasPrefix(err.Error(), "redisstore: ") {
+			t.Errorf("fence %q: Set = %d, %v; want a redisstore error wrapping remote.ErrRejected", bad, f, err)
 		}
 		if err := r.Invalidate(ctx, k); err == nil {
 			t.Errorf("fence %q: Invalidate = nil, want an error", bad)
@@ -621,7 +622,7 @@ func TestDeadline(t *testing.T) {
 // subscribe returns what a new subscription of r is told until the test ends.
 func subscribe(t *testing.T, r *Remote) <-chan notify.Notice {
 	ch := make(chan notify.Notice, 1024)
-	stop := r.Subscribe(func(n herd.Notice) { ch <- notify.Notice(n) })
+	stop := r.Subscribe(func(n remote.Notice) { ch <- notify.Notice(n) })
 	t.Cleanup(stop)
 	return ch
 }
@@ -807,7 +808,7 @@ func TestClose(t *testing.T) {
 	registered := make(chan struct{}, 1)
 	r.onWait = func(string) { registered <- struct{}{} }
 	called := make(chan notify.Notice, 1)
-	r.Subscribe(func(n herd.Notice) { called <- notify.Notice(n) })
+	r.Subscribe(func(n remote.Notice) { called <- notify.Notice(n) })
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()
 	waited := make(chan error, 1)
@@ -829,7 +830,7 @@ func TestClose(t *testing.T) {
 	if _, err := r.Set(t.Context(), "k", fresh("v"), time.Minute); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Set after Close = %v, want ErrClosed", err)
 	}
-	r.Subscribe(func(n herd.Notice) { called <- notify.Notice(n) })()
+	r.Subscribe(func(n remote.Notice) { called <- notify.Notice(n) })()
 	select {
 	case n := <-called:
 		t.Fatalf("a subscriber was called with %+v after Close", n)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 )
 
 // refusedLease is the lease TTL of the tests of refused writes: far longer
@@ -55,9 +55,9 @@ func leaseHeld(t *testing.T, c redis.UniversalClient, r *Remote, key string) boo
 }
 
 // acquireAll takes the leases of keys on r and returns their grants.
-func acquireAll(t *testing.T, r *Remote, keys ...string) map[string]herd.Grant {
+func acquireAll(t *testing.T, r *Remote, keys ...string) map[string]remote.Grant {
 	t.Helper()
-	gs := map[string]herd.Grant{}
+	gs := map[string]remote.Grant{}
 	for _, k := range keys {
 		g, err := r.Acquire(t.Context(), k, refusedLease, time.Time{})
 		if err != nil || g.Token == "" {
@@ -106,9 +106,9 @@ func TestWriteRefusedWhenFull(t *testing.T) {
 	}
 
 	done = waitFor(t, waiter, registered, "many2")
-	var writes []herd.HeldWrite
+	var writes []remote.HeldWrite
 	for _, k := range []string{"many1", "many2"} {
-		writes = append(writes, herd.HeldWrite{HeldKey: herd.HeldKey{Key: k, Token: gs[k].Token}, Env: fresh("v"), Fence: gs[k].Fence, TTL: time.Minute})
+		writes = append(writes, remote.HeldWrite{HeldKey: remote.HeldKey{Key: k, Token: gs[k].Token}, Env: fresh("v"), Fence: gs[k].Fence, TTL: time.Minute})
 	}
 	for i, o := range holder.WriteReleaseMany(ctx, writes) {
 		if o.OK || !errors.Is(o.Err, ErrWriteFailed) || !strings.Contains(o.Err.Error(), "OOM") {
@@ -126,8 +126,8 @@ func TestWriteRefusedWhenFull(t *testing.T) {
 	}
 	woken(t, done, "Release when full")
 	done = waitFor(t, waiter, registered, "release-many")
-	rel := herd.HeldWrite{HeldKey: herd.HeldKey{Key: "release-many", Token: gs["release-many"].Token}}
-	if o := holder.WriteReleaseMany(ctx, []herd.HeldWrite{rel})[0]; o.Err != nil {
+	rel := remote.HeldWrite{HeldKey: remote.HeldKey{Key: "release-many", Token: gs["release-many"].Token}}
+	if o := holder.WriteReleaseMany(ctx, []remote.HeldWrite{rel})[0]; o.Err != nil {
 		t.Errorf("WriteReleaseMany's release when full: %+v", o)
 	}
 	woken(t, done, "WriteReleaseMany's release when full")
@@ -182,13 +182,13 @@ func TestWriteTooLong(t *testing.T) {
 	}
 
 	done = waitFor(t, waiter, registered, "big2")
-	var writes []herd.HeldWrite
+	var writes []remote.HeldWrite
 	for _, k := range []string{"small1", "big2", "small2"} {
 		env := fresh("v")
 		if k == "big2" {
 			env = big
 		}
-		writes = append(writes, herd.HeldWrite{HeldKey: herd.HeldKey{Key: k, Token: gs[k].Token}, Env: env, Fence: gs[k].Fence, TTL: time.Minute})
+		writes = append(writes, remote.HeldWrite{HeldKey: remote.HeldKey{Key: k, Token: gs[k].Token}, Env: env, Fence: gs[k].Fence, TTL: time.Minute})
 	}
 	outs := holder.WriteReleaseMany(ctx, writes)
 	for i, o := range outs {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 )
 
@@ -97,13 +97,13 @@ func TestBatchSpans(t *testing.T) {
 	}
 	gs := acquireAll(t, r, keys...)
 	big := fresh(strings.Repeat("x", 3*batchBytes))
-	writes := make([]herd.HeldWrite, len(keys))
+	writes := make([]remote.HeldWrite, len(keys))
 	for i, k := range keys {
 		env := fresh("v" + k)
 		if i == 17 {
 			env = big
 		}
-		writes[i] = herd.HeldWrite{HeldKey: herd.HeldKey{Key: k, Token: gs[k].Token}, Env: env, Fence: gs[k].Fence, TTL: time.Minute}
+		writes[i] = remote.HeldWrite{HeldKey: remote.HeldKey{Key: k, Token: gs[k].Token}, Env: env, Fence: gs[k].Fence, TTL: time.Minute}
 	}
 	h.take()
 	for i, o := range r.WriteReleaseMany(ctx, writes) {

@@ -3,10 +3,10 @@ package redisstore
 import (
 	"context"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 )
 
-var _ herd.Staler = (*Remote)(nil)
+var _ remote.Staler = (*Remote)(nil)
 
 // MarkStale advances key's fence and, when a value is stored, makes its soft
 // expiry the server's clock if that is earlier, under the new fence and with

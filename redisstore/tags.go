@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 )
 
-var _ herd.Tagger = (*Remote)(nil)
+var _ remote.Tagger = (*Remote)(nil)
 
 // TagKeep is how long Redis keeps the version of a tag that nobody reads
 // or invalidates.

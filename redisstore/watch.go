@@ -2,7 +2,7 @@ package redisstore
 
 // Watch registers notify for the next completion of key announced after it
 // was called, as Wait waits for it, without blocking and without a Redis
-// call ([herd.Watcher]): a loser registers before it asks for the lease, so
+// call ([remote.Watcher]): a loser registers before it asks for the lease, so
 // that a completion announced between the answer and its wait still ends
 // it. notify is also called when the subscription reconnects
 // (announcements may have been lost) and when the Remote is closed, or at

@@ -9,24 +9,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 )
 
 // subtest is one check of Run, given the Store and Lease of a new fleet.
 type subtest struct {
 	name string
-	fn   func(*testing.T, herd.Store, herd.Lease)
+	fn   func(*testing.T, remote.Store, remote.Lease)
 }
 
 // batchTests returns the subtests of the batch contracts that s and l
 // implement, and none for those they do not.
-func batchTests(s herd.Store, l herd.Lease) []subtest {
+func batchTests(s remote.Store, l remote.Lease) []subtest {
 	var tests []subtest
-	if _, ok := s.(herd.BatchStore); ok {
+	if _, ok := s.(remote.BatchStore); ok {
 		tests = append(tests, subtest{"LoadMany", testLoadMany})
 	}
-	if _, ok := l.(herd.BatchLease); !ok {
+	if _, ok := l.(remote.BatchLease); !ok {
 		return tests
 	}
 	tests = append(tests,
@@ -38,15 +38,15 @@ func batchTests(s herd.Store, l herd.Lease) []subtest {
 		subtest{"WriteReleaseManyWakes", testWriteReleaseManyWakes},
 		subtest{"Batch100", testBatch100},
 	)
-	if _, ok := s.(herd.Notifier); ok {
+	if _, ok := s.(remote.Notifier); ok {
 		tests = append(tests, subtest{"WriteReleaseManyNotifies", testWriteReleaseManyNotifies})
 	}
 	return tests
 }
 
-func loadMany(t *testing.T, s herd.Store, keys ...string) []herd.Loaded {
+func loadMany(t *testing.T, s remote.Store, keys ...string) []remote.Loaded {
 	t.Helper()
-	got := s.(herd.BatchStore).LoadMany(t.Context(), keys)
+	got := s.(remote.BatchStore).LoadMany(t.Context(), keys)
 	if len(got) != len(keys) {
 		t.Fatalf("LoadMany of %d keys returned %d entries", len(keys), len(got))
 	}
@@ -56,9 +56,9 @@ func loadMany(t *testing.T, s herd.Store, keys ...string) []herd.Loaded {
 // acquireMany calls AcquireMany and checks the shape of each entry without
 // an error, as acquireAfter does for Acquire, and that Stale is nil when
 // Value is set.
-func acquireMany(t *testing.T, l herd.Lease, ttl time.Duration, reqs ...herd.LeaseRequest) []herd.Acquired {
+func acquireMany(t *testing.T, l remote.Lease, ttl time.Duration, reqs ...remote.LeaseRequest) []remote.Acquired {
 	t.Helper()
-	got := l.(herd.BatchLease).AcquireMany(t.Context(), reqs, ttl)
+	got := l.(remote.BatchLease).AcquireMany(t.Context(), reqs, ttl)
 	if len(got) != len(reqs) {
 		t.Fatalf("AcquireMany of %d requests returned %d entries", len(reqs), len(got))
 	}
@@ -82,18 +82,18 @@ func acquireMany(t *testing.T, l herd.Lease, ttl time.Duration, reqs ...herd.Lea
 	return got
 }
 
-func extendMany(t *testing.T, l herd.Lease, ttl time.Duration, leases ...herd.HeldKey) []herd.Outcome {
+func extendMany(t *testing.T, l remote.Lease, ttl time.Duration, leases ...remote.HeldKey) []remote.Outcome {
 	t.Helper()
-	got := l.(herd.BatchLease).ExtendMany(t.Context(), leases, ttl)
+	got := l.(remote.BatchLease).ExtendMany(t.Context(), leases, ttl)
 	if len(got) != len(leases) {
 		t.Fatalf("ExtendMany of %d leases returned %d entries", len(leases), len(got))
 	}
 	return got
 }
 
-func writeReleaseMany(t *testing.T, l herd.Lease, writes ...herd.HeldWrite) []herd.Outcome {
+func writeReleaseMany(t *testing.T, l remote.Lease, writes ...remote.HeldWrite) []remote.Outcome {
 	t.Helper()
-	got := l.(herd.BatchLease).WriteReleaseMany(t.Context(), writes)
+	got := l.(remote.BatchLease).WriteReleaseMany(t.Context(), writes)
 	if len(got) != len(writes) {
 		t.Fatalf("WriteReleaseMany of %d writes returned %d entries", len(writes), len(got))
 	}
@@ -101,7 +101,7 @@ func writeReleaseMany(t *testing.T, l herd.Lease, writes ...herd.HeldWrite) []he
 }
 
 // wantOutcomes checks a batch's outcomes: none is an error, and OK as want.
-func wantOutcomes(t *testing.T, call string, got []herd.Outcome, want ...bool) {
+func wantOutcomes(t *testing.T, call string, got []remote.Outcome, want ...bool) {
 	t.Helper()
 	for i, o := range got {
 		if o.Err != nil || o.OK != want[i] {
@@ -111,20 +111,20 @@ func wantOutcomes(t *testing.T, call string, got []herd.Outcome, want ...bool) {
 }
 
 // heldWrite is the write of env under g's lease and fence, for longTTL.
-func heldWrite(k string, g herd.Grant, env []byte) herd.HeldWrite {
-	return herd.HeldWrite{HeldKey: herd.HeldKey{Key: k, Token: g.Token}, Env: env, Fence: g.Fence, TTL: longTTL}
+func heldWrite(k string, g remote.Grant, env []byte) remote.HeldWrite {
+	return remote.HeldWrite{HeldKey: remote.HeldKey{Key: k, Token: g.Token}, Env: env, Fence: g.Fence, TTL: longTTL}
 }
 
 // wantReleased checks that k's lease is free: an Acquire that asks for a
 // value newer than any stored takes it.
-func wantReleased(t *testing.T, l herd.Lease, k string) {
+func wantReleased(t *testing.T, l remote.Lease, k string) {
 	t.Helper()
 	if g := acquireAfter(t, l, k, longTTL, time.Now().Add(time.Hour)); g.Token == "" {
 		t.Errorf("Acquire(%q) after WriteReleaseMany = %+v, want the lease: it was not released", k, g)
 	}
 }
 
-func testLoadMany(t *testing.T, s herd.Store, _ herd.Lease) {
+func testLoadMany(t *testing.T, s remote.Store, _ remote.Lease) {
 	present, missing := key(t, "present"), key(t, "missing")
 	set(t, s, present, fresh("v"), longTTL)
 	keys := []string{present, missing, "", missing, present}
@@ -163,7 +163,7 @@ func testLoadMany(t *testing.T, s herd.Store, _ herd.Lease) {
 	}
 }
 
-func testAcquireMany(t *testing.T, s herd.Store, l herd.Lease) {
+func testAcquireMany(t *testing.T, s remote.Store, l remote.Lease) {
 	kFresh, kMissing, kStale := key(t, "fresh"), key(t, "missing"), key(t, "stale")
 	kAfter, kHeld, kHeldStale := key(t, "after"), key(t, "held"), key(t, "held-stale")
 	set(t, s, kFresh, fresh("fresh"), longTTL)
@@ -175,12 +175,12 @@ func testAcquireMany(t *testing.T, s herd.Store, l herd.Lease) {
 
 	now := time.Now()
 	got := acquireMany(t, l, longTTL,
-		herd.LeaseRequest{Key: kFresh, After: now}, // after before the soft expiry
-		herd.LeaseRequest{Key: kMissing},
-		herd.LeaseRequest{Key: kStale},
-		herd.LeaseRequest{Key: kAfter, After: now.Add(2 * longTTL)}, // after past it
-		herd.LeaseRequest{Key: kHeld},
-		herd.LeaseRequest{Key: kHeldStale},
+		remote.LeaseRequest{Key: kFresh, After: now}, // after before the soft expiry
+		remote.LeaseRequest{Key: kMissing},
+		remote.LeaseRequest{Key: kStale},
+		remote.LeaseRequest{Key: kAfter, After: now.Add(2 * longTTL)}, // after past it
+		remote.LeaseRequest{Key: kHeld},
+		remote.LeaseRequest{Key: kHeldStale},
 	)
 	for i, a := range got {
 		if a.Err != nil {
@@ -212,19 +212,19 @@ func testAcquireMany(t *testing.T, s herd.Store, l herd.Lease) {
 		}
 	}
 	release(t, l, kMissing, got[1].Token)
-	if again := acquireMany(t, l, longTTL, herd.LeaseRequest{Key: kMissing})[0]; again.Err != nil || again.Fence <= got[1].Fence {
+	if again := acquireMany(t, l, longTTL, remote.LeaseRequest{Key: kMissing})[0]; again.Err != nil || again.Fence <= got[1].Fence {
 		t.Errorf("AcquireMany after Release = %+v, want a lease with a fence above %d", again, got[1].Fence)
 	}
 }
 
-func testAcquireManyBadTTL(t *testing.T, s herd.Store, l herd.Lease) {
+func testAcquireManyBadTTL(t *testing.T, s remote.Store, l remote.Lease) {
 	k1, k2 := key(t, "k1"), key(t, "k2")
 	set(t, s, k2, env("stale", -time.Second, longTTL), longTTL)
 	stored := load(t, s, k2)
 	for _, ttl := range []time.Duration{0, -time.Second} {
-		for i, a := range acquireMany(t, l, ttl, herd.LeaseRequest{Key: k1}, herd.LeaseRequest{Key: k2}) {
-			if !errors.Is(a.Err, herd.ErrRejected) || a.Value != nil || a.Token != "" || a.HeldFor != 0 || a.Stale != nil {
-				t.Errorf("AcquireMany(ttl %v) entry %d = %+v, want only an error wrapping herd.ErrRejected", ttl, i, a)
+		for i, a := range acquireMany(t, l, ttl, remote.LeaseRequest{Key: k1}, remote.LeaseRequest{Key: k2}) {
+			if !errors.Is(a.Err, remote.ErrRejected) || a.Value != nil || a.Token != "" || a.HeldFor != 0 || a.Stale != nil {
+				t.Errorf("AcquireMany(ttl %v) entry %d = %+v, want only an error wrapping remote.ErrRejected", ttl, i, a)
 			}
 		}
 	}
@@ -236,14 +236,14 @@ func testAcquireManyBadTTL(t *testing.T, s herd.Store, l herd.Lease) {
 	lease(t, l, k2, longTTL)
 }
 
-func testExtendMany(t *testing.T, _ herd.Store, l herd.Lease) {
+func testExtendMany(t *testing.T, _ remote.Store, l remote.Lease) {
 	kOK, kWrong, kMissing := key(t, "ok"), key(t, "wrong"), key(t, "missing")
 	g := lease(t, l, kOK, longTTL)
 	lease(t, l, kWrong, longTTL)
 	got := extendMany(t, l, 10*longTTL,
-		herd.HeldKey{Key: kOK, Token: g.Token},
-		herd.HeldKey{Key: kWrong, Token: "wrong"},
-		herd.HeldKey{Key: kMissing, Token: "none"},
+		remote.HeldKey{Key: kOK, Token: g.Token},
+		remote.HeldKey{Key: kWrong, Token: "wrong"},
+		remote.HeldKey{Key: kMissing, Token: "none"},
 	)
 	wantOutcomes(t, "ExtendMany", got, true, false, false)
 	if h := acquire(t, l, kOK, longTTL); h.HeldFor <= longTTL {
@@ -254,13 +254,13 @@ func testExtendMany(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 	lease(t, l, kMissing, longTTL) // ExtendMany took no lease
 	for _, ttl := range []time.Duration{0, -time.Second} {
-		if o := extendMany(t, l, ttl, herd.HeldKey{Key: kOK, Token: g.Token})[0]; !errors.Is(o.Err, herd.ErrRejected) {
-			t.Errorf("ExtendMany(ttl %v) = %+v, want an error wrapping herd.ErrRejected", ttl, o)
+		if o := extendMany(t, l, ttl, remote.HeldKey{Key: kOK, Token: g.Token})[0]; !errors.Is(o.Err, remote.ErrRejected) {
+			t.Errorf("ExtendMany(ttl %v) = %+v, want an error wrapping remote.ErrRejected", ttl, o)
 		}
 	}
 }
 
-func testWriteReleaseMany(t *testing.T, s herd.Store, l herd.Lease) {
+func testWriteReleaseMany(t *testing.T, s remote.Store, l remote.Lease) {
 	kWrite, kStale, kRelease := key(t, "write"), key(t, "stale"), key(t, "release")
 	gW, gS, gR := lease(t, l, kWrite, longTTL), lease(t, l, kStale, longTTL), lease(t, l, kRelease, longTTL)
 	set(t, s, kStale, fresh("set"), longTTL) // gS's fence is stale now
@@ -269,7 +269,7 @@ func testWriteReleaseMany(t *testing.T, s herd.Store, l herd.Lease) {
 	got := writeReleaseMany(t, l,
 		heldWrite(kWrite, gW, v),
 		heldWrite(kStale, gS, fresh("late")),
-		herd.HeldWrite{HeldKey: herd.HeldKey{Key: kRelease, Token: gR.Token}}, // release only
+		remote.HeldWrite{HeldKey: remote.HeldKey{Key: kRelease, Token: gR.Token}}, // release only
 	)
 	wantOutcomes(t, "WriteReleaseMany(current fence, stale fence, nil Env)", got, true, false, false)
 	wantLoad(t, s, kWrite, fenced(t, v, gW.Fence))
@@ -280,7 +280,7 @@ func testWriteReleaseMany(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-func testWriteReleaseManyEntryErrors(t *testing.T, s herd.Store, l herd.Lease) {
+func testWriteReleaseManyEntryErrors(t *testing.T, s remote.Store, l remote.Lease) {
 	k1, kTTL, kJunk, k2 := key(t, "k1"), key(t, "ttl"), key(t, "junk"), key(t, "k2")
 	g1, gT, gJ, g2 := lease(t, l, k1, longTTL), lease(t, l, kTTL, longTTL), lease(t, l, kJunk, longTTL), lease(t, l, k2, longTTL)
 	v1, v2 := fresh("v1"), fresh("v2")
@@ -294,8 +294,8 @@ func testWriteReleaseManyEntryErrors(t *testing.T, s herd.Store, l herd.Lease) {
 	)
 	for i, o := range got {
 		rejected := i == 1 || i == 2
-		if errors.Is(o.Err, herd.ErrRejected) != rejected || o.OK == rejected || (!rejected && o.Err != nil) {
-			t.Errorf("WriteReleaseMany entry %d = %+v; want an error wrapping herd.ErrRejected: %v", i, o, rejected)
+		if errors.Is(o.Err, remote.ErrRejected) != rejected || o.OK == rejected || (!rejected && o.Err != nil) {
+			t.Errorf("WriteReleaseMany entry %d = %+v; want an error wrapping remote.ErrRejected: %v", i, o, rejected)
 		}
 	}
 	wantLoad(t, s, k1, fenced(t, v1, g1.Fence))
@@ -306,12 +306,12 @@ func testWriteReleaseManyEntryErrors(t *testing.T, s herd.Store, l herd.Lease) {
 	wantReleased(t, l, k2)
 }
 
-func testWriteReleaseManyWakes(t *testing.T, _ herd.Store, l herd.Lease) {
+func testWriteReleaseManyWakes(t *testing.T, _ remote.Store, l remote.Lease) {
 	kWrite, kRelease := key(t, "write"), key(t, "release")
 	gW, gR := lease(t, l, kWrite, longTTL), lease(t, l, kRelease, longTTL)
-	writes := []herd.HeldWrite{
+	writes := []remote.HeldWrite{
 		heldWrite(kWrite, gW, fresh("v")),
-		{HeldKey: herd.HeldKey{Key: kRelease, Token: gR.Token}},
+		{HeldKey: remote.HeldKey{Key: kRelease, Token: gR.Token}},
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()
@@ -340,19 +340,19 @@ func testWriteReleaseManyWakes(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-func testBatch100(t *testing.T, s herd.Store, l herd.Lease) {
-	reqs := make([]herd.LeaseRequest, 100)
+func testBatch100(t *testing.T, s remote.Store, l remote.Lease) {
+	reqs := make([]remote.LeaseRequest, 100)
 	for i := range reqs {
 		reqs[i].Key = key(t, fmt.Sprint("k", i))
 	}
 	grants := acquireMany(t, l, longTTL, reqs...)
-	leases := make([]herd.HeldKey, len(reqs))
-	writes := make([]herd.HeldWrite, len(reqs))
+	leases := make([]remote.HeldKey, len(reqs))
+	writes := make([]remote.HeldWrite, len(reqs))
 	for i, a := range grants {
 		if a.Err != nil || a.Token == "" {
 			t.Fatalf("AcquireMany of 100 new keys: entry %d = %+v, want a lease", i, a)
 		}
-		leases[i] = herd.HeldKey{Key: reqs[i].Key, Token: a.Token}
+		leases[i] = remote.HeldKey{Key: reqs[i].Key, Token: a.Token}
 		writes[i] = heldWrite(reqs[i].Key, a.Grant, fresh(fmt.Sprint("v", i)))
 	}
 	for i, o := range extendMany(t, l, longTTL, leases...) {
@@ -374,9 +374,9 @@ func testBatch100(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-func testWriteReleaseManyNotifies(t *testing.T, s herd.Store, l herd.Lease) {
+func testWriteReleaseManyNotifies(t *testing.T, s remote.Store, l remote.Lease) {
 	prefix := key(t, "")
-	notices, stop := listen(t, s, s.(herd.Notifier), func(n herd.Notice) bool {
+	notices, stop := listen(t, s, s.(remote.Notifier), func(n remote.Notice) bool {
 		return n.Fence == 0 || strings.HasPrefix(n.Key, prefix)
 	})
 	defer stop()
@@ -390,7 +390,7 @@ func testWriteReleaseManyNotifies(t *testing.T, s herd.Store, l herd.Lease) {
 	got := writeReleaseMany(t, l,
 		heldWrite(k1, g1, fresh("v1")),
 		heldWrite(kStale, gS, fresh("late")),
-		herd.HeldWrite{HeldKey: herd.HeldKey{Key: kRelease, Token: gR.Token}},
+		remote.HeldWrite{HeldKey: remote.HeldKey{Key: kRelease, Token: gR.Token}},
 		heldWrite(k2, g2, fresh("v2")),
 	)
 	wantOutcomes(t, "WriteReleaseMany", got, true, false, false, true)

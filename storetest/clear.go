@@ -5,15 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 )
 
-// testInvalidateAll checks [herd.Clearer]: every value is gone, no write
+// testInvalidateAll checks [remote.Clearer]: every value is gone, no write
 // under a fence or lease taken before is accepted, the leases are free,
 // Wait-ers wake and subscribers get the Notice of an InvalidateAll. It
 // retires every key of the tier, so Run runs it alone, after the others.
-func testInvalidateAll(t *testing.T, s herd.Store, l herd.Lease) {
-	cl := s.(herd.Clearer)
+func testInvalidateAll(t *testing.T, s remote.Store, l remote.Lease) {
+	cl := s.(remote.Clearer)
 	a, b, c := key(t, "a"), key(t, "b"), key(t, "c")
 	set(t, s, a, fresh("A"), longTTL)
 	gb := lease(t, l, b, longTTL)
@@ -22,10 +22,10 @@ func testInvalidateAll(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 	gc := lease(t, l, c, longTTL) // held, nothing written yet
 
-	var cleared <-chan herd.Notice
-	if n, ok := s.(herd.Notifier); ok {
+	var cleared <-chan remote.Notice
+	if n, ok := s.(remote.Notifier); ok {
 		var stop func()
-		cleared, stop = listen(t, s, n, func(n herd.Notice) bool { return n.Dropped && n.Fence == 0 && n.Key == "" })
+		cleared, stop = listen(t, s, n, func(n remote.Notice) bool { return n.Dropped && n.Fence == 0 && n.Key == "" })
 		defer stop()
 	}
 

@@ -1,4 +1,4 @@
-// Package storetest checks that a remote tier keeps the herd.Store, herd.Lease and herd.Notifier contracts.
+// Package storetest checks that a remote tier keeps the remote.Store, remote.Lease and remote.Notifier contracts.
 package storetest
 
 import (
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 )
 
@@ -27,29 +27,29 @@ const (
 )
 
 // Run checks the remote tier that newFleet returns against the contracts of
-// [herd.Store] and [herd.Lease], and of [herd.Notifier] when the Store also
+// [remote.Store] and [remote.Lease], and of [remote.Notifier] when the Store also
 // implements it. Each subtest calls newFleet once, from parallel subtests, for
 // a remote that may be shared with other subtests: every key a subtest uses
 // holds its name, so they never collide.
 //
 // Beyond what the interfaces say, Run holds a tier to these rules: the empty
 // key is a key like any other; a ttl that is not positive and an envelope
-// that does not decode are errors that wrap [herd.ErrRejected] and change
+// that does not decode are errors that wrap [remote.ErrRejected] and change
 // nothing; a Write under the fence of a key that was never fenced (fence 0)
 // stores; a lease that expires leaves its fence current, so its holder can
 // still write until the fence advances (a tier may expire a fence, but not
-// sooner than its lease). When the Lease is a [herd.WriteReleaser], Run checks WriteRelease
-// too, and when the Store is a [herd.HotSet] or a [herd.Staler], those.
+// sooner than its lease). When the Lease is a [remote.WriteReleaser], Run checks WriteRelease
+// too, and when the Store is a [remote.HotSet] or a [remote.Staler], those.
 //
 // The batch contracts are checked when implemented: LoadMany when the Store
-// is a [herd.BatchStore], and AcquireMany, ExtendMany and WriteReleaseMany
-// when the Lease is a [herd.BatchLease], each entry against what its
+// is a [remote.BatchStore], and AcquireMany, ExtendMany and WriteReleaseMany
+// when the Lease is a [remote.BatchLease], each entry against what its
 // single-key call does. Run calls newFleet once more itself to find out which
 // the tier implements; it adds no batch subtest for a contract the tier
 // lacks, rather than one that passes without checking anything. When the
-// Store is a [herd.Clearer], InvalidateAll is checked last, alone; when it
-// is a [herd.Tagger], its tag versions.
-func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
+// Store is a [remote.Clearer], InvalidateAll is checked last, alone; when it
+// is a [remote.Tagger], its tag versions.
+func Run(t *testing.T, newFleet func(t *testing.T) (remote.Store, remote.Lease)) {
 	tests := []subtest{
 		{"LoadMissing", testLoadMissing},
 		{"WriteUnderAcquiredFence", testWriteUnderAcquiredFence},
@@ -78,10 +78,10 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 	}
 	probeS, probeL := newFleet(t)
 	tests = append(tests, batchTests(probeS, probeL)...)
-	if _, ok := probeS.(herd.Tagger); ok {
+	if _, ok := probeS.(remote.Tagger); ok {
 		tests = append(tests, subtest{"Tagger", testTagger})
 	}
-	if _, ok := probeL.(herd.Watcher); ok {
+	if _, ok := probeL.(remote.Watcher); ok {
 		tests = append(tests, subtest{"Watcher", testWatcher})
 	}
 	// The subtests run in parallel within one group, which returns once
@@ -96,7 +96,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (herd.Store, herd.Lease)) {
 			})
 		}
 	})
-	if _, ok := probeS.(herd.Clearer); ok {
+	if _, ok := probeS.(remote.Clearer); ok {
 		t.Run("InvalidateAll", func(t *testing.T) {
 			s, l := newFleet(t)
 			testInvalidateAll(t, s, l)
@@ -144,7 +144,7 @@ func decode(t *testing.T, b []byte) envelope.Envelope {
 	return e
 }
 
-func load(t *testing.T, s herd.Store, k string) []byte {
+func load(t *testing.T, s remote.Store, k string) []byte {
 	t.Helper()
 	b, err := s.Load(t.Context(), k)
 	if err != nil {
@@ -154,7 +154,7 @@ func load(t *testing.T, s herd.Store, k string) []byte {
 }
 
 // wantLoad checks that k holds exactly want.
-func wantLoad(t *testing.T, s herd.Store, k string, want []byte) {
+func wantLoad(t *testing.T, s remote.Store, k string, want []byte) {
 	t.Helper()
 	if got := load(t, s, k); !bytes.Equal(got, want) {
 		t.Fatalf("Load(%q) = %s, want %s", k, show(got), show(want))
@@ -172,7 +172,7 @@ func show(b []byte) string {
 	return fmt.Sprintf("{value %q fence %d soft %d hard %d}", e.Value, e.Fence, e.Soft, e.Hard)
 }
 
-func write(t *testing.T, s herd.Store, k string, b []byte, fence uint64, ttl time.Duration) bool {
+func write(t *testing.T, s remote.Store, k string, b []byte, fence uint64, ttl time.Duration) bool {
 	t.Helper()
 	ok, err := s.Write(t.Context(), k, b, fence, ttl)
 	if err != nil {
@@ -181,7 +181,7 @@ func write(t *testing.T, s herd.Store, k string, b []byte, fence uint64, ttl tim
 	return ok
 }
 
-func set(t *testing.T, s herd.Store, k string, b []byte, ttl time.Duration) uint64 {
+func set(t *testing.T, s remote.Store, k string, b []byte, ttl time.Duration) uint64 {
 	t.Helper()
 	fence, err := s.Set(t.Context(), k, b, ttl)
 	if err != nil {
@@ -193,19 +193,19 @@ func set(t *testing.T, s herd.Store, k string, b []byte, ttl time.Duration) uint
 	return fence
 }
 
-func invalidate(t *testing.T, s herd.Store, k string) {
+func invalidate(t *testing.T, s remote.Store, k string) {
 	t.Helper()
 	if err := s.Invalidate(t.Context(), k); err != nil {
 		t.Fatalf("Invalidate(%q): %v", k, err)
 	}
 }
 
-func acquire(t *testing.T, l herd.Lease, k string, ttl time.Duration) herd.Grant {
+func acquire(t *testing.T, l remote.Lease, k string, ttl time.Duration) remote.Grant {
 	t.Helper()
 	return acquireAfter(t, l, k, ttl, time.Time{})
 }
 
-func acquireAfter(t *testing.T, l herd.Lease, k string, ttl time.Duration, after time.Time) herd.Grant {
+func acquireAfter(t *testing.T, l remote.Lease, k string, ttl time.Duration, after time.Time) remote.Grant {
 	t.Helper()
 	g, err := l.Acquire(t.Context(), k, ttl, after)
 	if err != nil {
@@ -228,7 +228,7 @@ func acquireAfter(t *testing.T, l herd.Lease, k string, ttl time.Duration, after
 }
 
 // lease acquires k, which must not be held nor hold a fresh value.
-func lease(t *testing.T, l herd.Lease, k string, ttl time.Duration) herd.Grant {
+func lease(t *testing.T, l remote.Lease, k string, ttl time.Duration) remote.Grant {
 	t.Helper()
 	g := acquire(t, l, k, ttl)
 	if g.Token == "" {
@@ -237,14 +237,14 @@ func lease(t *testing.T, l herd.Lease, k string, ttl time.Duration) herd.Grant {
 	return g
 }
 
-func release(t *testing.T, l herd.Lease, k, token string) {
+func release(t *testing.T, l remote.Lease, k, token string) {
 	t.Helper()
 	if err := l.Release(t.Context(), k, token); err != nil {
 		t.Fatalf("Release(%q): %v", k, err)
 	}
 }
 
-func extend(t *testing.T, l herd.Lease, k, token string, ttl time.Duration) bool {
+func extend(t *testing.T, l remote.Lease, k, token string, ttl time.Duration) bool {
 	t.Helper()
 	ok, err := l.Extend(t.Context(), k, token, ttl)
 	if err != nil {
@@ -269,12 +269,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // listen subscribes to n, the Notifier of s, keeping the notices keep
 // accepts, and returns once the subscription hears notices: a probe key
 // is invalidated until its own notice comes.
-func listen(t *testing.T, s herd.Store, n herd.Notifier, keep func(herd.Notice) bool) (<-chan herd.Notice, func()) {
+func listen(t *testing.T, s remote.Store, n remote.Notifier, keep func(remote.Notice) bool) (<-chan remote.Notice, func()) {
 	t.Helper()
-	kept := make(chan herd.Notice, 1024)
+	kept := make(chan remote.Notice, 1024)
 	heard := make(chan struct{}, 1024)
 	probe := key(t, "listen")
-	stop := n.Subscribe(func(n herd.Notice) {
+	stop := n.Subscribe(func(n remote.Notice) {
 		switch {
 		case n.Key == probe:
 			heard <- struct{}{}
@@ -295,14 +295,14 @@ func listen(t *testing.T, s herd.Store, n herd.Notifier, keep func(herd.Notice) 
 	return kept, stop
 }
 
-func testLoadMissing(t *testing.T, s herd.Store, _ herd.Lease) {
+func testLoadMissing(t *testing.T, s remote.Store, _ remote.Lease) {
 	b, err := s.Load(t.Context(), key(t, "missing"))
 	if b != nil || err != nil {
 		t.Fatalf("Load(missing) = %q, %v; want nil, nil", b, err)
 	}
 }
 
-func testWriteUnderAcquiredFence(t *testing.T, s herd.Store, l herd.Lease) {
+func testWriteUnderAcquiredFence(t *testing.T, s remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	g := lease(t, l, k, longTTL)
 	v := fresh("v1")
@@ -317,7 +317,7 @@ func testWriteUnderAcquiredFence(t *testing.T, s herd.Store, l herd.Lease) {
 	release(t, l, k, g.Token)
 }
 
-func testStaleFenceRefused(t *testing.T, s herd.Store, l herd.Lease) {
+func testStaleFenceRefused(t *testing.T, s remote.Store, l remote.Lease) {
 	t.Run("AfterAcquire", func(t *testing.T) {
 		k := key(t, "k")
 		g1 := lease(t, l, k, longTTL)
@@ -359,7 +359,7 @@ func testStaleFenceRefused(t *testing.T, s herd.Store, l herd.Lease) {
 	})
 }
 
-func testSetAdvancesFence(t *testing.T, s herd.Store, l herd.Lease) {
+func testSetAdvancesFence(t *testing.T, s remote.Store, l remote.Lease) {
 	t.Run("NeverFenced", func(t *testing.T) {
 		k := key(t, "k")
 		if !write(t, s, k, fresh("zero"), 0, longTTL) {
@@ -399,7 +399,7 @@ func testSetAdvancesFence(t *testing.T, s herd.Store, l herd.Lease) {
 	})
 }
 
-func testInvalidate(t *testing.T, s herd.Store, l herd.Lease) {
+func testInvalidate(t *testing.T, s remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	g := lease(t, l, k, longTTL)
 	if !write(t, s, k, fresh("v"), g.Fence, longTTL) {
@@ -425,7 +425,7 @@ func testInvalidate(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-func testAcquireFreshValue(t *testing.T, s herd.Store, l herd.Lease) {
+func testAcquireFreshValue(t *testing.T, s remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	set(t, s, k, fresh("v"), longTTL)
 	want := load(t, s, k)
@@ -441,7 +441,7 @@ func testAcquireFreshValue(t *testing.T, s herd.Store, l herd.Lease) {
 
 // testAcquireAfter: an early refresh passes the soft expiry of the value it
 // replaces; a value that is not fresher than that does not stop it.
-func testAcquireAfter(t *testing.T, s herd.Store, l herd.Lease) {
+func testAcquireAfter(t *testing.T, s remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	set(t, s, k, fresh("v"), longTTL)
 	soft := time.UnixMilli(decode(t, load(t, s, k)).Soft)
@@ -454,7 +454,7 @@ func testAcquireAfter(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-func testAcquireSoftExpired(t *testing.T, s herd.Store, l herd.Lease) {
+func testAcquireSoftExpired(t *testing.T, s remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	v := env("stale", -time.Second, longTTL)
 	set(t, s, k, v, longTTL)
@@ -467,7 +467,7 @@ func testAcquireSoftExpired(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-func testAcquireHeld(t *testing.T, _ herd.Store, l herd.Lease) {
+func testAcquireHeld(t *testing.T, _ remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	const ttl = 10 * time.Second
 	lease(t, l, k, ttl)
@@ -477,7 +477,7 @@ func testAcquireHeld(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-func testFencesIncrease(t *testing.T, _ herd.Store, l herd.Lease) {
+func testFencesIncrease(t *testing.T, _ remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	var last uint64
 	for i := range 5 {
@@ -490,7 +490,7 @@ func testFencesIncrease(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-func testExtendReleaseToken(t *testing.T, _ herd.Store, l herd.Lease) {
+func testExtendReleaseToken(t *testing.T, _ remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	const ttl = 2 * time.Second
 	g := lease(t, l, k, ttl)
@@ -525,10 +525,10 @@ func testExtendReleaseToken(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-func testLeaseExpires(t *testing.T, _ herd.Store, l herd.Lease) {
+func testLeaseExpires(t *testing.T, _ remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	g := lease(t, l, k, shortTTL)
-	var next herd.Grant
+	var next remote.Grant
 	eventually(t, "lease expiry", func() bool {
 		next = acquire(t, l, k, longTTL)
 		return next.Token != ""
@@ -545,7 +545,7 @@ func testLeaseExpires(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-func testFenceOutlivesLease(t *testing.T, s herd.Store, l herd.Lease) {
+func testFenceOutlivesLease(t *testing.T, s remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	g := lease(t, l, k, longTTL)
 	if !extend(t, l, k, g.Token, time.Millisecond) {
@@ -567,7 +567,7 @@ func testFenceOutlivesLease(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-func testWaitWakesOnRelease(t *testing.T, _ herd.Store, l herd.Lease) {
+func testWaitWakesOnRelease(t *testing.T, _ remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	g := lease(t, l, k, longTTL)
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
@@ -596,8 +596,8 @@ func testWaitWakesOnRelease(t *testing.T, _ herd.Store, l herd.Lease) {
 // testWatcher: a watch registered before a completion is notified by it,
 // once, and one registered after is not; stop may be called more than
 // once, and after the notification.
-func testWatcher(t *testing.T, _ herd.Store, l herd.Lease) {
-	w := l.(herd.Watcher)
+func testWatcher(t *testing.T, _ remote.Store, l remote.Lease) {
+	w := l.(remote.Watcher)
 	k := key(t, "k")
 	g := lease(t, l, k, longTTL)
 	var calls atomic.Int32
@@ -641,7 +641,7 @@ func testWatcher(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-func testWaitContextEnds(t *testing.T, _ herd.Store, l herd.Lease) {
+func testWaitContextEnds(t *testing.T, _ remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	// A completion announced before Wait is called does not end it.
 	g := lease(t, l, k, longTTL)
@@ -659,7 +659,7 @@ func testWaitContextEnds(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-func testHardExpiry(t *testing.T, s herd.Store, l herd.Lease) {
+func testHardExpiry(t *testing.T, s remote.Store, l remote.Lease) {
 	// The ttl argument, not the envelope's own hard expiry, bounds the value.
 	t.Run("Write", func(t *testing.T) {
 		k := key(t, "k")
@@ -686,11 +686,11 @@ func testHardExpiry(t *testing.T, s herd.Store, l herd.Lease) {
 	})
 }
 
-func testConcurrentAcquire(t *testing.T, _ herd.Store, l herd.Lease) {
+func testConcurrentAcquire(t *testing.T, _ remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	const n = 50
 	start := make(chan struct{})
-	grants := make([]herd.Grant, n)
+	grants := make([]remote.Grant, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -718,7 +718,7 @@ func testConcurrentAcquire(t *testing.T, _ herd.Store, l herd.Lease) {
 	}
 }
 
-func testCorruptEnvelope(t *testing.T, s herd.Store, l herd.Lease) {
+func testCorruptEnvelope(t *testing.T, s remote.Store, l remote.Lease) {
 	k := key(t, "k")
 	g := lease(t, l, k, longTTL)
 	v := fresh("good")
@@ -750,14 +750,14 @@ func testCorruptEnvelope(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-func testBadInput(t *testing.T, s herd.Store, l herd.Lease) {
+func testBadInput(t *testing.T, s remote.Store, l remote.Lease) {
 	ctx := t.Context()
 	k := key(t, "k")
 	v := fresh("v")
 	rejected := func(call string, err error) {
 		t.Helper()
-		if !errors.Is(err, herd.ErrRejected) {
-			t.Errorf("%s = %v, want an error wrapping herd.ErrRejected", call, err)
+		if !errors.Is(err, remote.ErrRejected) {
+			t.Errorf("%s = %v, want an error wrapping remote.ErrRejected", call, err)
 		}
 	}
 	for _, ttl := range []time.Duration{0, -time.Second} {
@@ -781,7 +781,7 @@ func testBadInput(t *testing.T, s herd.Store, l herd.Lease) {
 
 // testEmptyKey checks that "" is a key like any other: it may be what
 // herd.Key returns.
-func testEmptyKey(t *testing.T, s herd.Store, l herd.Lease) {
+func testEmptyKey(t *testing.T, s remote.Store, l remote.Lease) {
 	const k = ""
 	invalidate(t, s, k) // another run may have left a value
 	wantLoad(t, s, k, nil)
@@ -803,10 +803,10 @@ func testEmptyKey(t *testing.T, s herd.Store, l herd.Lease) {
 	wantLoad(t, s, k, nil)
 }
 
-func testWriteRelease(t *testing.T, s herd.Store, l herd.Lease) {
-	wr, ok := l.(herd.WriteReleaser)
+func testWriteRelease(t *testing.T, s remote.Store, l remote.Lease) {
+	wr, ok := l.(remote.WriteReleaser)
 	if !ok {
-		t.Logf("%T does not implement herd.WriteReleaser: nothing to check", l)
+		t.Logf("%T does not implement remote.WriteReleaser: nothing to check", l)
 		return
 	}
 	ctx := t.Context()
@@ -850,16 +850,16 @@ func testWriteRelease(t *testing.T, s herd.Store, l herd.Lease) {
 	}
 }
 
-func testNotifier(t *testing.T, s herd.Store, l herd.Lease) {
-	n, ok := s.(herd.Notifier)
+func testNotifier(t *testing.T, s remote.Store, l remote.Lease) {
+	n, ok := s.(remote.Notifier)
 	if !ok {
-		t.Logf("%T does not implement herd.Notifier: nothing to check", s)
+		t.Logf("%T does not implement remote.Notifier: nothing to check", s)
 		return
 	}
-	t.Logf("%T implements herd.Notifier", s)
+	t.Logf("%T implements remote.Notifier", s)
 	prefix := key(t, "")
-	notices := make(chan herd.Notice, 1024)
-	stop := n.Subscribe(func(n herd.Notice) {
+	notices := make(chan remote.Notice, 1024)
+	stop := n.Subscribe(func(n remote.Notice) {
 		// Other subtests may share the remote: keep only this one's keys.
 		if n.Fence == 0 || strings.HasPrefix(n.Key, prefix) {
 			notices <- n
@@ -931,9 +931,9 @@ func testNotifier(t *testing.T, s herd.Store, l herd.Lease) {
 // and returns them by key, in the order each key's came; it also keeps
 // those that come for a key in want meanwhile beyond its count, and
 // ignores the others.
-func collect(t *testing.T, notices <-chan herd.Notice, want map[string]int) map[string][]herd.Notice {
+func collect(t *testing.T, notices <-chan remote.Notice, want map[string]int) map[string][]remote.Notice {
 	t.Helper()
-	got := make(map[string][]herd.Notice)
+	got := make(map[string][]remote.Notice)
 	done := func() bool {
 		for k, n := range want {
 			if len(got[k]) < n {
@@ -970,7 +970,7 @@ func collect(t *testing.T, notices <-chan herd.Notice, want map[string]int) map[
 // expect reads notices until one for want and returns it. It fails on a
 // notice for any other key except the zero Notice (it may stand for missed
 // ones) and those in skip.
-func expect(t *testing.T, notices <-chan herd.Notice, want string, skip ...string) herd.Notice {
+func expect(t *testing.T, notices <-chan remote.Notice, want string, skip ...string) remote.Notice {
 	t.Helper()
 	timeout := time.After(deadline)
 	for {
@@ -989,13 +989,13 @@ func expect(t *testing.T, notices <-chan herd.Notice, want string, skip ...strin
 	}
 }
 
-func testHotSet(t *testing.T, s herd.Store, _ herd.Lease) {
-	h, ok := s.(herd.HotSet)
+func testHotSet(t *testing.T, s remote.Store, _ remote.Lease) {
+	h, ok := s.(remote.HotSet)
 	if !ok {
-		t.Logf("%T does not implement herd.HotSet: nothing to check", s)
+		t.Logf("%T does not implement remote.HotSet: nothing to check", s)
 		return
 	}
-	t.Logf("%T implements herd.HotSet", s)
+	t.Logf("%T implements remote.HotSet", s)
 	ctx := context.Background()
 	hot := func(n int, period time.Duration) []string {
 		t.Helper()
@@ -1061,20 +1061,20 @@ func testHotSet(t *testing.T, s herd.Store, _ herd.Lease) {
 			func() error { _, err := h.Hot(ctx, 0, time.Second); return err }(),
 			func() error { _, err := h.Hot(ctx, 1, -time.Second); return err }(),
 		} {
-			if !errors.Is(err, herd.ErrRejected) {
-				t.Errorf("bad argument: %v, want an error wrapping herd.ErrRejected", err)
+			if !errors.Is(err, remote.ErrRejected) {
+				t.Errorf("bad argument: %v, want an error wrapping remote.ErrRejected", err)
 			}
 		}
 	})
 }
 
-func testMarkStale(t *testing.T, s herd.Store, l herd.Lease) {
-	st, ok := s.(herd.Staler)
+func testMarkStale(t *testing.T, s remote.Store, l remote.Lease) {
+	st, ok := s.(remote.Staler)
 	if !ok {
-		t.Logf("%T does not implement herd.Staler: nothing to check", s)
+		t.Logf("%T does not implement remote.Staler: nothing to check", s)
 		return
 	}
-	t.Logf("%T implements herd.Staler", s)
+	t.Logf("%T implements remote.Staler", s)
 	markStale := func(k string) uint64 {
 		t.Helper()
 		fence, err := st.MarkStale(t.Context(), k)

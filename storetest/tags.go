@@ -5,16 +5,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 )
 
-// testTagger checks [herd.Tagger]: a tag never invalidated reads as a
+// testTagger checks [remote.Tagger]: a tag never invalidated reads as a
 // version in the past that stays put, InvalidateTag gives versions that
 // grow and lie between the fences taken before and after it (a cache
 // compares a value's lease fence with its tags' versions), TagVersions
 // reads them back in order, and subscribers are told.
-func testTagger(t *testing.T, s herd.Store, l herd.Lease) {
-	tg := s.(herd.Tagger)
+func testTagger(t *testing.T, s remote.Store, l remote.Lease) {
+	tg := s.(remote.Tagger)
 	ctx := t.Context()
 	tag, other := key(t, "tag"), key(t, "other")
 	vs, err := tg.TagVersions(ctx, []string{tag, other})
@@ -28,10 +28,10 @@ func testTagger(t *testing.T, s herd.Store, l herd.Lease) {
 		t.Errorf("TagVersions again = %v, %v; want %d: a version stays put", again, err, vs[0])
 	}
 
-	var notices <-chan herd.Notice
-	if n, ok := s.(herd.Notifier); ok {
+	var notices <-chan remote.Notice
+	if n, ok := s.(remote.Notifier); ok {
 		var stop func()
-		notices, stop = listen(t, s, n, func(n herd.Notice) bool { return n.Tag == tag })
+		notices, stop = listen(t, s, n, func(n remote.Notice) bool { return n.Tag == tag })
 		defer stop()
 	}
 

@@ -31,6 +31,7 @@ import (
 	"github.com/herdcache/herd/herdprom"
 	"github.com/herdcache/herd/herdslog"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
 )
 
 func main() {
@@ -105,7 +106,7 @@ func slowOrigin(delay time.Duration) func(ctx context.Context, id string) (strin
 // config is what newServer needs.
 type config struct {
 	origin   func(ctx context.Context, id string) (string, error)
-	recorder herd.Recorder // nil: none
+	recorder observe.Recorder // nil: none
 	// limit caps concurrent origin calls; a call that waits queueTimeout for
 	// a slot is answered 503.
 	limit        int

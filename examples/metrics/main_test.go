@@ -13,18 +13,19 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 )
 
-// missCounter is a herd.Recorder that closes reached at the at-th miss.
+// missCounter is a observe.Recorder that closes reached at the at-th miss.
 type missCounter struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	n       atomic.Int64
 	at      int64
 	reached chan struct{}
 }
 
-func (m *missCounter) RecordGet(r herd.GetResult) {
-	if r == herd.ResultMiss && m.n.Add(1) == m.at {
+func (m *missCounter) RecordGet(r observe.GetResult) {
+	if r == observe.ResultMiss && m.n.Add(1) == m.at {
 		close(m.reached)
 	}
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/herdcache/herd/herdprom"
 	"github.com/herdcache/herd/herdslog"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore"
 )
 
@@ -136,7 +137,7 @@ type config struct {
 	db       *pgxpool.Pool
 	redis    redis.UniversalClient
 	log      *slog.Logger
-	recorder herd.Recorder // nil: none
+	recorder observe.Recorder // nil: none
 	// limit caps concurrent loads (database queries) on this replica; a
 	// load that waits queueTimeout for a slot is answered 503.
 	limit        int

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore"
 )
 
@@ -75,15 +75,15 @@ func (q *queries) holdAll() (release func()) {
 	}
 }
 
-// misses is a herd.Recorder that sends a value on c for each Get that
+// misses is a observe.Recorder that sends a value on c for each Get that
 // missed.
 type misses struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	c chan struct{}
 }
 
-func (m misses) RecordGet(r herd.GetResult) {
-	if r == herd.ResultMiss {
+func (m misses) RecordGet(r observe.GetResult) {
+	if r == observe.ResultMiss {
 		select {
 		case m.c <- struct{}{}:
 		default: // more misses than the test counts
@@ -142,7 +142,7 @@ func want(t *testing.T, p product) string {
 // replica starts one replica of the service over PostgreSQL at dsn and
 // Redis at addr, with a limiter of one slot and a short queue timeout, and
 // returns its base URL. It is stopped when the test ends.
-func replica(t *testing.T, dsn, addr string, q *queries, rec herd.Recorder) (*server, string) {
+func replica(t *testing.T, dsn, addr string, q *queries, rec observe.Recorder) (*server, string) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package metricdef lists the metrics that herdprom and herdotel export from
-// [herd.Stats]: each one's name, kind, unit, help, label and the Stats
+// [observe.Stats]: each one's name, kind, unit, help, label and the Stats
 // fields its series read. Both adapters are driven from this one list, so a
 // metric has one name everywhere: "herd." and the name for OpenTelemetry,
 // and for Prometheus the same with underscores, the unit ("_seconds") and,
@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
 )
 
 // Kind is what a metric is.
@@ -28,7 +28,7 @@ type Kind uint8
 const (
 	Counter   Kind = iota // a total that only grows
 	Gauge                 // a value now
-	Histogram             // a distribution of durations, read from a herd.Histogram
+	Histogram             // a distribution of durations, read from a observe.Histogram
 )
 
 // Scope says which Stats a metric reads and when it is exported.
@@ -37,7 +37,7 @@ type Scope uint8
 const (
 	Always      Scope = iota // every cache
 	WithLimiter              // only caches with a limiter (Stats.Limiter.Limit > 0)
-	PerHotKey                // one series per hot key, labelled "key", reading herd.HotKey fields
+	PerHotKey                // one series per hot key, labelled "key", reading observe.HotKey fields
 )
 
 // Metric is one exported metric.
@@ -56,7 +56,7 @@ type Metric struct {
 // others.
 type Series struct {
 	Value string   // the label's value; "" when the metric has no label
-	Field string   // the field read: "Hits", "Limiter.InUse", or a herd.HotKey field
+	Field string   // the field read: "Hits", "Limiter.InUse", or a observe.HotKey field
 	Minus []string // fields subtracted from it
 
 	field []int   // Field's index path
@@ -88,7 +88,7 @@ func (m *Metric) OTelName() string { return "herd." + m.Name }
 
 // Exported reports whether m is exported for a cache whose Stats are st:
 // WithLimiter metrics only when the cache has a limiter.
-func (m *Metric) Exported(st *herd.Stats) bool {
+func (m *Metric) Exported(st *observe.Stats) bool {
 	return m.Scope != WithLimiter || st.Limiter.Limit > 0
 }
 
@@ -98,8 +98,8 @@ func OTelAttr(label string) string { return "herd." + label }
 // Float reports whether m's values are seconds rather than counts.
 func (m *Metric) Float() bool { return len(m.Series) > 0 && m.Series[0].float }
 
-// Float64 is the series' value in v: a herd.Stats, or for PerHotKey
-// metrics a herd.HotKey.
+// Float64 is the series' value in v: a observe.Stats, or for PerHotKey
+// metrics a observe.HotKey.
 func (s *Series) Float64(v reflect.Value) float64 {
 	f := number(v.FieldByIndex(s.field))
 	for _, m := range s.minus {
@@ -118,8 +118,8 @@ func (s *Series) Int64(v reflect.Value) int64 {
 }
 
 // Histogram is the histogram a Histogram metric's one series reads.
-func (s *Series) Histogram(v reflect.Value) herd.Histogram {
-	return v.FieldByIndex(s.field).Interface().(herd.Histogram)
+func (s *Series) Histogram(v reflect.Value) observe.Histogram {
+	return v.FieldByIndex(s.field).Interface().(observe.Histogram)
 }
 
 func number(v reflect.Value) float64 {
@@ -141,9 +141,9 @@ func number(v reflect.Value) float64 {
 
 var (
 	durationType  = reflect.TypeFor[time.Duration]()
-	histogramType = reflect.TypeFor[herd.Histogram]()
-	statsType     = reflect.TypeFor[herd.Stats]()
-	hotKeyType    = reflect.TypeFor[herd.HotKey]()
+	histogramType = reflect.TypeFor[observe.Histogram]()
+	statsType     = reflect.TypeFor[observe.Stats]()
+	hotKeyType    = reflect.TypeFor[observe.HotKey]()
 )
 
 // one is a metric's only series.

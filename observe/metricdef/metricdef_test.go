@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 )
 
 // leaves returns the paths of t's fields that hold values, recursing into
@@ -38,7 +38,7 @@ func leaves(t reflect.Type, prefix string) []string {
 	return out
 }
 
-// Every field of herd.Stats, down to the limiter's and the hot keys', is
+// Every field of observe.Stats, down to the limiter's and the hot keys', is
 // read by a metric or listed as not needing one; a field added to Stats
 // without a metric fails here.
 func TestEveryStatsFieldIsExported(t *testing.T) {
@@ -74,8 +74,8 @@ func TestEveryStatsFieldIsExported(t *testing.T) {
 // set to a distinct value, a series gives its field's value less its
 // Minus fields'.
 func TestSeriesReadTheirFields(t *testing.T) {
-	var st herd.Stats
-	var hk herd.HotKey
+	var st observe.Stats
+	var hk observe.HotKey
 	want := map[string]float64{}
 	set := func(v reflect.Value, t reflect.Type, prefix string) {
 		n := 1.0

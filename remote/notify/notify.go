@@ -11,7 +11,7 @@ import "sync"
 
 // Notice is one change announced to a subscriber: Key changed under Fence,
 // its value deleted when Dropped. The zero Notice means "drop everything":
-// changes may have been missed. Its fields are those of herd.Notice, in
+// changes may have been missed. Its fields are those of remote.Notice, in
 // order, so that one converts to the other.
 type Notice struct {
 	Key     string

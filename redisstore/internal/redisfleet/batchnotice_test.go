@@ -10,6 +10,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 )
 
 // watched is a Remote whose cache's notices are watched: after the cache
@@ -22,11 +23,11 @@ type watched struct {
 	zero, marked chan struct{}
 }
 
-func (w *watched) Subscribe(fn func(herd.Notice)) (stop func()) {
-	return w.Remote.Subscribe(func(n herd.Notice) {
+func (w *watched) Subscribe(fn func(remote.Notice)) (stop func()) {
+	return w.Remote.Subscribe(func(n remote.Notice) {
 		fn(n)
 		switch {
-		case n == herd.Notice{}:
+		case n == remote.Notice{}:
 			w.zeros.Add(1)
 			signal(w.zero)
 		case n.Key == w.marker && n.Dropped:
@@ -48,7 +49,7 @@ func signal(ch chan struct{}) {
 func TestBatchNoticesStayTargeted(t *testing.T) {
 	node := redistest.Server(t)
 	prefix := fmt.Sprintf("fleet:%s:", t.Name())
-	opts := func(r herd.Store, l herd.Lease) *herd.Options[string] {
+	opts := func(r remote.Store, l remote.Lease) *herd.Options[string] {
 		return &herd.Options[string]{
 			MaxEntries: 20_000, SoftTTL: time.Hour, NearTTL: time.Minute,
 			Store: r, Lease: l, LeaseTTL: time.Minute,

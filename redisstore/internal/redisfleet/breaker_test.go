@@ -11,19 +11,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
 // breakerEvents records a replica's breaker changes, in order, and signals
 // each on a channel.
 type breakerEvents struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	replica int
 	mu      sync.Mutex
-	changes []herd.EventKind // guarded by mu
-	causes  []error          // guarded by mu: each opening's
-	opened  chan struct{}    // one send per opening, never blocking the cache
-	closed  chan struct{}    // one send per closing
+	changes []observe.EventKind // guarded by mu
+	causes  []error             // guarded by mu: each opening's
+	opened  chan struct{}       // one send per opening, never blocking the cache
+	closed  chan struct{}       // one send per closing
 	// anyOpened, when not nil, is sent the replica of each opening.
 	anyOpened chan<- int
 }
@@ -32,19 +33,19 @@ func newBreakerEvents(replica int, anyOpened chan<- int) *breakerEvents {
 	return &breakerEvents{replica: replica, opened: make(chan struct{}, 100), closed: make(chan struct{}, 100), anyOpened: anyOpened}
 }
 
-func (r *breakerEvents) RecordEvent(e herd.Event) {
+func (r *breakerEvents) RecordEvent(e observe.Event) {
 	var ch chan struct{}
 	switch e.Kind {
-	case herd.EventBreakerOpened:
+	case observe.EventBreakerOpened:
 		ch = r.opened
-	case herd.EventBreakerClosed:
+	case observe.EventBreakerClosed:
 		ch = r.closed
 	default:
 		return
 	}
 	r.mu.Lock()
 	r.changes = append(r.changes, e.Kind)
-	if e.Kind == herd.EventBreakerOpened {
+	if e.Kind == observe.EventBreakerOpened {
 		r.causes = append(r.causes, e.Err)
 	}
 	r.mu.Unlock()
@@ -52,7 +53,7 @@ func (r *breakerEvents) RecordEvent(e herd.Event) {
 	case ch <- struct{}{}:
 	default:
 	}
-	if e.Kind == herd.EventBreakerOpened && r.anyOpened != nil {
+	if e.Kind == observe.EventBreakerOpened && r.anyOpened != nil {
 		select {
 		case r.anyOpened <- r.replica:
 		default:
@@ -67,10 +68,10 @@ func (r *breakerEvents) opensBy() []error {
 	return append([]error(nil), r.causes...)
 }
 
-func (r *breakerEvents) seen() []herd.EventKind {
+func (r *breakerEvents) seen() []observe.EventKind {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]herd.EventKind(nil), r.changes...)
+	return append([]observe.EventKind(nil), r.changes...)
 }
 
 // await waits for one signal on ch, for at most d.
@@ -274,7 +275,7 @@ func TestBreakerRecoversOnceAfterRestart(t *testing.T) {
 	for i, r := range rs {
 		s := r.cache.Stats()
 		seen := events[i].seen()
-		if s.BreakerOpens != 1 || len(seen) != 2 || seen[0] != herd.EventBreakerOpened || seen[1] != herd.EventBreakerClosed {
+		if s.BreakerOpens != 1 || len(seen) != 2 || seen[0] != observe.EventBreakerOpened || seen[1] != observe.EventBreakerClosed {
 			t.Errorf("replica %d: breaker opened %d times, events %v; want opened once, then closed once", i, s.BreakerOpens, seen)
 		}
 		if s.Degraded {

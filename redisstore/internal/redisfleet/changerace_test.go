@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 )
 
 // A change is atomic for the replica that makes it: once Invalidate,
@@ -128,7 +130,7 @@ func (rg raceRig) replica(t *testing.T, node *redistest.Node, near, hard time.Du
 // raceReplica returns a replica over r, closed when the test ends: NearTTL
 // near, no stale window unless hard is longer than the soft TTL (a
 // minute), tuned by tune.
-func raceReplica(t *testing.T, rg raceRig, r herd.Store, near, hard time.Duration, tune func(*herd.Options[int])) *herd.Cache[int] {
+func raceReplica(t *testing.T, rg raceRig, r remote.Store, near, hard time.Duration, tune func(*herd.Options[int])) *herd.Cache[int] {
 	t.Helper()
 	o := &herd.Options[int]{
 		MaxEntries:  10_000,
@@ -141,7 +143,7 @@ func raceReplica(t *testing.T, rg raceRig, r herd.Store, near, hard time.Duratio
 		LeaseWait:   500 * time.Millisecond,
 	}
 	if rg.lease {
-		o.Lease = r.(herd.Lease)
+		o.Lease = r.(remote.Lease)
 	}
 	if tune != nil {
 		tune(o)
@@ -501,7 +503,7 @@ func reloaded(ctx context.Context, c *herd.Cache[int], key string, vs *versions,
 // armed, until the test lets it go on: the replica has been told another
 // holds the lease and has not yet begun to wait for it.
 type contention struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	armed atomic.Pointer[contentionPoint]
 }
 
@@ -519,8 +521,8 @@ func (r *contention) arm(pause bool) *contentionPoint {
 	return p
 }
 
-func (r *contention) RecordLease(e herd.LeaseEvent, _ time.Duration) {
-	if e != herd.LeaseContended {
+func (r *contention) RecordLease(e observe.LeaseEvent, _ time.Duration) {
+	if e != observe.LeaseContended {
 		return
 	}
 	p := r.armed.Swap(nil)
@@ -709,7 +711,7 @@ type gatedStore struct {
 }
 
 func newGatedStore(r *redisstore.Remote) *gatedStore {
-	return &gatedStore{Remote: r, notices: noticeGate{handled: make(chan herd.Notice, 64)}}
+	return &gatedStore{Remote: r, notices: noticeGate{handled: make(chan remote.Notice, 64)}}
 }
 
 type loadGate struct {
@@ -736,7 +738,7 @@ func (g *gatedStore) Load(ctx context.Context, key string) ([]byte, error) {
 	return env, err
 }
 
-func (g *gatedStore) Subscribe(fn func(herd.Notice)) (stop func()) {
+func (g *gatedStore) Subscribe(fn func(remote.Notice)) (stop func()) {
 	return g.Remote.Subscribe(g.notices.wrap(fn))
 }
 
@@ -744,7 +746,7 @@ func (g *gatedStore) Subscribe(fn func(herd.Notice)) (stop func()) {
 // each to handled (when there is room) once the cache has handled it.
 type noticeGate struct {
 	held    atomic.Pointer[chan struct{}]
-	handled chan herd.Notice
+	handled chan remote.Notice
 }
 
 // hold holds the notices from now until the returned function is first
@@ -756,8 +758,8 @@ func (ng *noticeGate) hold() (release func()) {
 	return func() { once.Do(func() { ng.held.Store(nil); close(ch) }) }
 }
 
-func (ng *noticeGate) wrap(fn func(herd.Notice)) func(herd.Notice) {
-	return func(n herd.Notice) {
+func (ng *noticeGate) wrap(fn func(remote.Notice)) func(remote.Notice) {
+	return func(n remote.Notice) {
 		if h := ng.held.Load(); h != nil {
 			select {
 			case <-*h:

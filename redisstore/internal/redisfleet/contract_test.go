@@ -12,6 +12,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/remote/keyspace"
 )
@@ -103,11 +104,11 @@ func TestCorruptFenceKeepsBreakerClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if err := rs[0].cache.Invalidate(t.Context(), key); !errors.Is(err, herd.ErrRejected) {
-			t.Fatalf("Invalidate over a corrupt fence = %v, want an error wrapping herd.ErrRejected", err)
+		if err := rs[0].cache.Invalidate(t.Context(), key); !errors.Is(err, remote.ErrRejected) {
+			t.Fatalf("Invalidate over a corrupt fence = %v, want an error wrapping remote.ErrRejected", err)
 		}
-		if err := rs[0].cache.Set(t.Context(), key, "set"); !errors.Is(err, herd.ErrRejected) {
-			t.Fatalf("Set over a corrupt fence = %v, want an error wrapping herd.ErrRejected", err)
+		if err := rs[0].cache.Set(t.Context(), key, "set"); !errors.Is(err, remote.ErrRejected) {
+			t.Fatalf("Set over a corrupt fence = %v, want an error wrapping remote.ErrRejected", err)
 		}
 		want := fmt.Sprint("v", i)
 		v, err := getWithin(t, rs[0].cache, key, func(context.Context) (string, error) { return want, nil }, herd.NoStale())

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 	"github.com/herdcache/herd/remote/keyspace"
 )
@@ -142,7 +143,7 @@ func earlyRefreshRun(b *testing.B, rate int, hard time.Duration) {
 	from := cold[0].end
 	reads.Store(0)
 	originWaits.Store(0)
-	before := make([]herd.Stats, len(rs))
+	before := make([]observe.Stats, len(rs))
 	for i, r := range rs {
 		before[i] = r.cache.Stats()
 	}

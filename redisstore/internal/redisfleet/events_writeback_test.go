@@ -10,18 +10,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
 // writeBackEvents is a Recorder that hands on each EventWriteBackFailed.
 type writeBackEvents struct {
-	herd.NopRecorder
-	failed chan herd.Event
+	observe.NopRecorder
+	failed chan observe.Event
 }
 
-func (r writeBackEvents) RecordEvent(e herd.Event) {
-	if e.Kind == herd.EventWriteBackFailed {
+func (r writeBackEvents) RecordEvent(e observe.Event) {
+	if e.Kind == observe.EventWriteBackFailed {
 		r.failed <- e
 	}
 }
@@ -64,7 +65,7 @@ func TestWriteBackRefusedByFullRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			rec := writeBackEvents{failed: make(chan herd.Event, 8)}
+			rec := writeBackEvents{failed: make(chan observe.Event, 8)}
 			o := &herd.Options[string]{Name: "events", MaxEntries: 10, SoftTTL: time.Minute, Store: r, Recorder: rec}
 			if c.lease {
 				o.Lease, o.LeaseTTL = r, 5*time.Second

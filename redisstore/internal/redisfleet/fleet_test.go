@@ -13,8 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 )
 
 func TestMain(m *testing.M) {
@@ -291,7 +293,7 @@ func TestHolderCrashTakeover(t *testing.T) {
 
 // lostLease wraps a Lease whose extensions never reach Redis: the holder is
 // paused or crashed, and its lease runs out mid-load.
-type lostLease struct{ herd.Lease }
+type lostLease struct{ remote.Lease }
 
 func (lostLease) Extend(context.Context, string, string, time.Duration) (bool, error) {
 	return true, nil
@@ -300,11 +302,11 @@ func (lostLease) Extend(context.Context, string, string, time.Duration) (bool, e
 // fencedSignal receives a value each time its caches' writes are refused.
 type fencedSignal chan struct{}
 
-func (fencedSignal) RecordGet(herd.GetResult)              {}
+func (fencedSignal) RecordGet(observe.GetResult)           {}
 func (fencedSignal) RecordLoad(time.Duration, error, bool) {}
 func (fencedSignal) RecordShed(string, bool)               {}
-func (f fencedSignal) RecordLease(e herd.LeaseEvent, _ time.Duration) {
-	if e == herd.LeaseFenced {
+func (f fencedSignal) RecordLease(e observe.LeaseEvent, _ time.Duration) {
+	if e == observe.LeaseFenced {
 		f <- struct{}{}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
+	"github.com/herdcache/herd/remote"
 )
 
 // A holder that lost its lease: replica A reaches Redis through a relay
@@ -183,7 +184,7 @@ func pausedPauses(t *testing.T) int {
 }
 
 // pausedReplica is a replica over Remote r with the lease on.
-func pausedReplica(t *testing.T, name string, r *redisstore.Remote, lease herd.Lease) *herd.Cache[string] {
+func pausedReplica(t *testing.T, name string, r *redisstore.Remote, lease remote.Lease) *herd.Cache[string] {
 	t.Helper()
 	c, err := herd.New(&herd.Options[string]{
 		Name:        name,

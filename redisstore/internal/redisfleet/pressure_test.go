@@ -19,6 +19,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 	"github.com/herdcache/herd/remote/keyspace"
 )
@@ -240,7 +241,7 @@ func TestLeaseAttemptsPerExpiry(t *testing.T) {
 			t.Fatalf("warming replica %d: %v", i, err)
 		}
 	}
-	before := make([]herd.Stats, replicas)
+	before := make([]observe.Stats, replicas)
 	for i, r := range rs {
 		before[i] = r.cache.Stats()
 	}
@@ -391,7 +392,7 @@ func TestLeaseAttemptsPerExpiry(t *testing.T) {
 // TestLeaseAttemptsPerExpiry judges per expiry. It is the fleet's Recorder,
 // and its clients' hooks report to it. Safe for concurrent use.
 type expiryLog struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	mu       sync.Mutex
 	from     time.Time   // the start of the measured run; zero before
 	loads    []loadSpan  // every load of the hot key
@@ -453,13 +454,13 @@ func (l *expiryLog) troubleNow() {
 	l.trouble = append(l.trouble, time.Now())
 }
 
-func (l *expiryLog) RecordEvent(e herd.Event) {
-	if e.Kind == herd.EventBreakerOpened {
+func (l *expiryLog) RecordEvent(e observe.Event) {
+	if e.Kind == observe.EventBreakerOpened {
 		l.troubleNow()
 	}
 }
-func (l *expiryLog) RecordLease(e herd.LeaseEvent, _ time.Duration) {
-	if e == herd.LeaseLost || e == herd.LeaseWaitTimeout {
+func (l *expiryLog) RecordLease(e observe.LeaseEvent, _ time.Duration) {
+	if e == observe.LeaseLost || e == observe.LeaseWaitTimeout {
 		l.troubleNow()
 	}
 }
@@ -865,7 +866,7 @@ func (r *hotReads) add(t0, t1 time.Time, v string, err error) {
 // on the caller's goroutine; nothing in a refresh's context tells it apart
 // from the Get that started it.
 type refreshTasks struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	wg sync.WaitGroup
 
 	mu      sync.Mutex

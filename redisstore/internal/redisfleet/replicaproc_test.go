@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
@@ -39,7 +40,7 @@ import (
 //	<id> open <get id>
 //	    lets the gated load of that get return.
 //	<id> stats
-//	    replies "<id> stats <herd.Stats as JSON>".
+//	    replies "<id> stats <observe.Stats as JSON>".
 //
 // The replica says "0 ready" once its cache is made, and exits when its
 // stdin ends.
@@ -391,10 +392,10 @@ func (p *replicaProc) open(t *testing.T, c *procCall) {
 }
 
 // stats returns the replica's Stats.
-func (p *replicaProc) stats(t *testing.T) herd.Stats {
+func (p *replicaProc) stats(t *testing.T) observe.Stats {
 	t.Helper()
 	r := p.send(t, "stats").wait(t)
-	var s herd.Stats
+	var s observe.Stats
 	if r.kind != "stats" {
 		t.Fatalf("replica %s: stats: %s %s", p.name, r.kind, r.rest)
 	}

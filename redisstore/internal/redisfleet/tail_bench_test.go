@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
@@ -69,7 +70,7 @@ func BenchmarkTailLatency(b *testing.B) {
 			}
 			loadsRun.reset()
 			warm(b, gets)
-			before := make([]herd.Stats, replicas)
+			before := make([]observe.Stats, replicas)
 			for i, r := range rs {
 				before[i] = r.cache.Stats()
 			}

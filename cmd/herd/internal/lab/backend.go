@@ -11,10 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/memory"
 	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/redisproc"
+	"github.com/herdcache/herd/remote"
 )
 
 // errNodeKilled is the error of every call to an embedded store that the
@@ -34,7 +34,7 @@ type backend interface {
 type runBackend interface {
 	// remote returns the Store and Lease of one replica, and what to close
 	// when the run ends (nil when nothing).
-	remote(ctx context.Context, replica int) (herd.Store, herd.Lease, io.Closer, error)
+	remote(ctx context.Context, replica int) (remote.Store, remote.Lease, io.Closer, error)
 	// flush drops every value and lease of the run.
 	flush(ctx context.Context) error
 	// kill makes the node die; restart brings it back.
@@ -57,7 +57,7 @@ func (embedded) newRun(context.Context, int) (runBackend, error) {
 
 type memRun struct{ r *memory.Remote }
 
-func (m *memRun) remote(context.Context, int) (herd.Store, herd.Lease, io.Closer, error) {
+func (m *memRun) remote(context.Context, int) (remote.Store, remote.Lease, io.Closer, error) {
 	return m.r, m.r, nil, nil
 }
 func (m *memRun) flush(context.Context) error   { m.r.Flush(); return nil }
@@ -154,7 +154,7 @@ type replicaConn struct {
 
 func (rc replicaConn) Close() error { return errors.Join(rc.r.Close(), rc.c.Close()) }
 
-func (r *redisRun) remote(context.Context, int) (herd.Store, herd.Lease, io.Closer, error) {
+func (r *redisRun) remote(context.Context, int) (remote.Store, remote.Lease, io.Closer, error) {
 	c := redisstore.NewClient(clientOptions(r.b.addr))
 	rem, err := redisstore.New(redisstore.Options{Client: c, Prefix: r.prefix})
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 )
 
 // Settings shared by every rung, so that only the layer changes between runs.
@@ -75,8 +77,8 @@ type request struct {
 // replica is one cache replica: a process of the fleet.
 type replica struct {
 	id      int
-	store   herd.Store
-	lease   herd.Lease
+	store   remote.Store
+	lease   remote.Lease
 	limiter *limiter.Limiter
 	// cache is the cache requests go to now; a flush replaces it.
 	cache atomic.Pointer[herd.Cache[string]]
@@ -600,19 +602,19 @@ func (e *runEnv) get(ctx context.Context, rep *replica, key int) {
 	e.mu.Unlock()
 }
 
-// staleLog is a herd.Recorder that notes when a stale value was served at
+// staleLog is a observe.Recorder that notes when a stale value was served at
 // once, from the local tier or the Store, on any replica of a run. (A lease
 // loser served stale inside a load's flight is not reported to a Recorder
 // as stale; a load of the key is running then.)
 type staleLog struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	origin *Origin
 	mu     sync.Mutex
 	at     []time.Duration // offsets from the run's start; guarded by mu
 }
 
-func (l *staleLog) RecordGet(r herd.GetResult) {
-	if r != herd.ResultStale {
+func (l *staleLog) RecordGet(r observe.GetResult) {
+	if r != observe.ResultStale {
 		return
 	}
 	t := l.origin.Since()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/remote"
 )
 
 // Cold-start's fleet variant.
@@ -59,7 +60,7 @@ var errVeteranLoad = errors.New("lab: the veteran does not load")
 // client timeout after the veteran started is recorded as such, and the
 // replicas take traffic cold.
 func (e *runEnv) warmFromFleet(ctx context.Context) error {
-	hs, ok := e.reps[0].store.(herd.HotSet)
+	hs, ok := e.reps[0].store.(remote.HotSet)
 	if !ok {
 		return errors.New("the remote tier keeps no hot set")
 	}
@@ -185,7 +186,7 @@ func (e *runEnv) veteranTraffic(ctx context.Context, c *herd.Cache[string], stop
 // holds keys, and returns their indices, the most read first; nil when ctx
 // ends first. One veteran fills it in one AddHot, so the first keys seen
 // are the whole set.
-func (e *runEnv) waitHot(ctx context.Context, hs herd.HotSet) []int {
+func (e *runEnv) waitHot(ctx context.Context, hs remote.HotSet) []int {
 	period := e.sharePeriod()
 	for {
 		keys, err := hs.Hot(ctx, e.hot, period)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
+	"github.com/herdcache/herd/observe"
 )
 
 // The slow-origin scenario: a database whose latency grows with its
@@ -136,12 +137,12 @@ type slowReq struct {
 
 // staleCount counts stale values served.
 type staleCount struct {
-	herd.NopRecorder
+	observe.NopRecorder
 	n atomic.Int64
 }
 
-func (s *staleCount) RecordGet(r herd.GetResult) {
-	if r == herd.ResultStale {
+func (s *staleCount) RecordGet(r observe.GetResult) {
+	if r == observe.ResultStale {
 		s.n.Add(1)
 	}
 }

@@ -1,15 +1,101 @@
-package herd
+package remote
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// The batch contracts of the remote tier. A herd Cache's GetMany reads,
+// leases and writes the keys of a batch through them, in few round trips,
+// when its Store and Lease implement them, and falls back to one call per
+// key when they do not. Each operation reports per key: a batch that spans
+// several servers may fail on some keys and succeed on the others.
+
+// BatchStore is implemented by a [Store] that reads many keys at once.
+type BatchStore interface {
+	// LoadMany does what [Store.Load] does for each key, in few round trips;
+	// the result has one entry per key, in order.
+	LoadMany(ctx context.Context, keys []string) []Loaded
+}
+
+// Loaded is one key's outcome of [BatchStore.LoadMany]: what [Store.Load]
+// returns for it.
+type Loaded struct {
+	Value []byte
+	Err   error
+}
+
+// BatchLease is implemented by a [Lease] that takes, extends and ends many
+// leases at once. Like a [WriteReleaser], it writes where the cache's
+// [Store] reads.
+type BatchLease interface {
+	// AcquireMany does what [Lease.Acquire] does for each request, with
+	// the request's key and after and the given ttl, in few round trips; the
+	// result has one entry per request, in order. When a key's lease is
+	// taken or found held and the key stores an envelope that was not
+	// fresh enough to be returned as Grant.Value, the entry's Stale holds
+	// it (undecodable bytes included), so that the caller may serve it.
+	AcquireMany(ctx context.Context, reqs []LeaseRequest, ttl time.Duration) []Acquired
+	// ExtendMany does what [Lease.Extend] does for each lease, in few round
+	// trips; OK reports that the lease was extended.
+	ExtendMany(ctx context.Context, leases []HeldKey, ttl time.Duration) []Outcome
+	// WriteReleaseMany ends many loads: for each write, what
+	// [WriteReleaser.WriteRelease] does, or, when its Env is nil, what
+	// [Lease.Release] does; OK reports that it wrote. The change and
+	// completion announcements of one call may be sent together.
+	WriteReleaseMany(ctx context.Context, writes []HeldWrite) []Outcome
+}
+
+// LeaseRequest is one key of [BatchLease.AcquireMany], with the after of
+// [Lease.Acquire].
+type LeaseRequest struct {
+	Key   string
+	After time.Time
+}
+
+// Acquired is one key's outcome of [BatchLease.AcquireMany].
+type Acquired struct {
+	Grant
+	// Stale is the envelope stored under the key when it was not returned
+	// as Grant.Value; nil when there is none or Grant.Value is set.
+	Stale []byte
+	Err   error
+}
+
+// HeldKey is a lease this replica holds on Key.
+type HeldKey struct {
+	Key, Token string
+}
+
+// HeldWrite is the end of one load under a lease: Env written under Fence
+// for TTL, then the lease released; only the release when Env is nil.
+type HeldWrite struct {
+	HeldKey
+	Env   []byte
+	Fence uint64
+	TTL   time.Duration
+}
+
+// Outcome is one entry's outcome of a batch operation: whether it took
+// effect, or the error that kept it from being tried or answered.
+type Outcome struct {
+	OK  bool
+	Err error
+}
+
+// ErrRejected is wrapped by the errors of [Store] and [Lease] calls that
+// the remote tier answered but refused for that call alone: invalid
+// arguments, or a key whose stored state it cannot use (a fence key that
+// holds no fence, a value of the wrong type). Such an error says nothing
+// of the tier's health, so it never counts towards opening the breaker.
+var ErrRejected = errors.New("herd: rejected by the remote tier")
 
 // Store is the remote tier shared by every replica of a cache: encoded
 // envelopes by key, each key with a fence that only grows.
 //
 // An envelope's fence field is the fence it was written under; Store writes it.
-// A key that was never fenced has fence 0. Keys are the encoded keys a [Cache]
+// A key that was never fenced has fence 0. Keys are the encoded keys a [herd.Cache]
 // is given, the empty key included; an implementation may prefix them. A ttl
 // that is not positive and an envelope that does not decode are errors that
 // wrap [ErrRejected] and change nothing, fence included. Expiries are
@@ -146,7 +232,7 @@ type Notice struct {
 
 // HotSet is implemented by a Store that keeps, for the whole fleet, the keys
 // its replicas read most, so that a new replica can load them before it
-// takes traffic ([Options.ShareHotKeys], [Cache.WarmHot]). Counts are kept
+// takes traffic ([herd.Options.ShareHotKeys], [herd.Cache.WarmHot]). Counts are kept
 // per period, numbered from the Unix epoch: AddHot
 // adds to the current period's, and Hot reads the current and the last, so
 // a key the fleet stopped reading leaves the set within two periods. A
@@ -163,7 +249,7 @@ type HotSet interface {
 }
 
 // Staler is implemented by a Store that can make a stored value stale in
-// place, for [Cache.MarkStale].
+// place, for [herd.Cache.MarkStale].
 type Staler interface {
 	// MarkStale advances key's fence and, when a value is stored, makes its
 	// soft expiry now if that is earlier, under the new fence, keeping it
@@ -173,7 +259,7 @@ type Staler interface {
 }
 
 // Clearer is implemented by a Store that can retire every key at once, for
-// [Cache.InvalidateAll].
+// [herd.Cache.InvalidateAll].
 type Clearer interface {
 	// InvalidateAll makes every key read as absent, in a number of round
 	// trips that does not depend on how many keys there are: no value
@@ -185,7 +271,7 @@ type Clearer interface {
 }
 
 // Tagger is implemented by a Store that keeps a version for each tag, for
-// [Cache.InvalidateTag] and the tagged values of [Tags]. A version is a time
+// [herd.Cache.InvalidateTag] and the tagged values of [herd.Tags]. A version is a time
 // on the tier's clock, in Unix microseconds, below 2^53, and never goes
 // back: a value whose load began before a version of one of its tags is
 // retired. A cache dates the beginning of a load under a lease by the
