@@ -127,7 +127,7 @@ func raceReplica(t *testing.T, rg raceRig, r remote.Store, near, hard time.Durat
 		LeaseWait:   500 * time.Millisecond,
 	}
 	if rg.store {
-		o.Store, o.NearTTL = r, near
+		o.Store, o.NearTTL, o.NoNearCache, o.NoBreaker = r, near, near == 0, true
 	}
 	if rg.lease {
 		o.Lease = r.(remote.Lease)

@@ -159,7 +159,7 @@ func TestSetRacesReader(t *testing.T) {
 // tierOptions are the options of a replica over tier, with its Lease when
 // lease is set; fresh for testSoft, near-cache 100ms, no jitter.
 func tierOptions(tier *slowTier, lease bool) *herd.Options[int] {
-	o := &herd.Options[int]{MaxEntries: 100, SoftTTL: testSoft, HardTTL: testHard, Store: tier, NearTTL: 100 * time.Millisecond}
+	o := &herd.Options[int]{NoBreaker: true, MaxEntries: 100, SoftTTL: testSoft, HardTTL: testHard, Store: tier, NearTTL: 100 * time.Millisecond}
 	if lease {
 		o.Lease, o.LeaseTTL = tier, fleetLeaseTTL
 	}
@@ -176,7 +176,7 @@ func TestOwnLoadCannotOverwriteOwnChange(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := memory.New()
 				opts := func() *herd.Options[int] {
-					return &herd.Options[int]{MaxEntries: 100, SoftTTL: testSoft, Store: r, NearTTL: 100 * time.Millisecond}
+					return &herd.Options[int]{NoBreaker: true, MaxEntries: 100, SoftTTL: testSoft, Store: r, NearTTL: 100 * time.Millisecond}
 				}
 				a, b := newCache(t, opts()), newCache(t, opts())
 				gate := make(chan struct{})
@@ -247,7 +247,7 @@ func TestEmptyKeyIsAKey(t *testing.T) {
 		r := memory.New()
 		opts := func() *herd.Options[int] {
 			o := fleetOptions(r)
-			o.BreakerThreshold, o.BreakerCooldown = 3, time.Second
+			o.BreakerThreshold, o.BreakerCooldown, o.NoBreaker = 3, time.Second, false
 			return o
 		}
 		a, b := newCache(t, opts()), newCache(t, opts())
@@ -295,7 +295,7 @@ func TestRejectedCallsDoNotTripBreaker(t *testing.T) {
 		}) *herd.Options[int] {
 			o := fleetOptions(r)
 			o.Store, o.Lease = tier, tier
-			o.BreakerThreshold, o.BreakerCooldown = 3, time.Second
+			o.BreakerThreshold, o.BreakerCooldown, o.NoBreaker = 3, time.Second, false
 			return o
 		}
 		a := newCache(t, opts(rejectingTier{r}))
@@ -323,7 +323,7 @@ func TestFailedReadStillTakesLease(t *testing.T) {
 		tier.loadErr.Store(&errTimeout)
 		o := tierOptions(tier, true)
 		o.OnLeaseHeld, o.LeaseWait = herd.Wait, time.Minute
-		o.BreakerThreshold, o.BreakerCooldown = 5, time.Second
+		o.BreakerThreshold, o.BreakerCooldown, o.NoBreaker = 5, time.Second, false
 		b := newCache(t, o)
 
 		gate := make(chan struct{})

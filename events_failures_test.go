@@ -84,7 +84,9 @@ func TestEventsEncodeFailed(t *testing.T) {
 					hr = observe.Recorders(ctxEvents{rec})
 				}
 				cache, err := herd.New(&herd.Options[float64]{
-					MaxEntries: 10, SoftTTL: time.Minute, Codec: herd.JSON[float64](),
+					NoNearCache: true,
+					NoBreaker:   true,
+					MaxEntries:  10, SoftTTL: time.Minute, Codec: herd.JSON[float64](),
 					Store: r, Lease: r, LeaseTTL: 5 * time.Second, Recorder: hr,
 				})
 				if err != nil {
@@ -148,7 +150,7 @@ func TestEventsWriteBackFailed(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := memory.New()
 				rec := &failureEvents{}
-				o := &herd.Options[int]{MaxEntries: 10, SoftTTL: time.Minute, Store: r, Recorder: rec}
+				o := &herd.Options[int]{NoNearCache: true, NoBreaker: true, MaxEntries: 10, SoftTTL: time.Minute, Store: r, Recorder: rec}
 				if c.lease {
 					o.Lease, o.LeaseTTL = r, 5*time.Second
 				}
@@ -252,7 +254,9 @@ func TestEventsWriteBackFailedBatch(t *testing.T) {
 		r := memory.New()
 		rec := &failureEvents{}
 		cache := newCache(t, &herd.Options[int]{
-			MaxEntries: 10, SoftTTL: time.Minute, Store: r, Lease: r, LeaseTTL: 5 * time.Second, Recorder: rec,
+			NoNearCache: true,
+			NoBreaker:   true,
+			MaxEntries:  10, SoftTTL: time.Minute, Store: r, Lease: r, LeaseTTL: 5 * time.Second, Recorder: rec,
 		})
 		keys := []string{herd.Key("user", "1"), herd.Key("user", "2")}
 		started, gate := make(chan struct{}), make(chan struct{})

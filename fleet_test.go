@@ -32,6 +32,7 @@ const (
 // expiries are exact.
 func fleetOptions(r *memory.Remote) *herd.Options[int] {
 	return &herd.Options[int]{
+		NoBreaker:  true,
 		MaxEntries: 1000,
 		SoftTTL:    fleetSoft,
 		HardTTL:    fleetHard,
@@ -626,7 +627,7 @@ func TestFleetNearCacheLostNoticeBoundedByTwiceNearTTL(t *testing.T) {
 		a := fleetReplica(t, r, func(o *herd.Options[int]) { o.NearTTL = near })
 		b := fleetReplica(t, r, func(o *herd.Options[int]) {
 			o.Store = deaf
-			o.NearTTL = near
+			o.NearTTL, o.NoNearCache = near, near == 0
 		})
 		fleetMustGet(t, a, "k", fleetValue(1), 1)
 		fleetMustGet(t, b, "k", nil, 1)
@@ -661,7 +662,7 @@ func TestFleetNearCacheReReadAtTwiceNearTTL(t *testing.T) {
 		a := fleetReplica(t, r, func(o *herd.Options[int]) { o.NearTTL = near })
 		b := fleetReplica(t, r, func(o *herd.Options[int]) {
 			o.Store, o.Lease = flaky, nil
-			o.NearTTL = near
+			o.NearTTL, o.NoNearCache = near, near == 0
 		})
 		fleetMustGet(t, a, "k", fleetValue(1), 1)
 		synctest.Wait() // A's write lands
@@ -712,7 +713,7 @@ func TestFleetNearTTLZeroReadsStoreEveryTime(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := memory.New()
 				a := fleetReplica(t, r, nil)
-				b := fleetReplica(t, r, func(o *herd.Options[int]) { o.NearTTL = tt.near })
+				b := fleetReplica(t, r, func(o *herd.Options[int]) { o.NearTTL, o.NoNearCache = tt.near, tt.near == 0 })
 				fleetMustGet(t, a, "k", fleetValue(1), 1)
 				fleetMustGet(t, b, "k", nil, 1)
 				before := r.Stats().Loads
@@ -736,7 +737,7 @@ func TestFleetStoreDownDegrades(t *testing.T) {
 	}{
 		{"no breaker", nil},
 		{"breaker", func(o *herd.Options[int]) {
-			o.BreakerThreshold = 3
+			o.BreakerThreshold, o.NoBreaker = 3, false
 			o.BreakerCooldown = time.Second
 		}},
 	} {
@@ -914,7 +915,7 @@ func TestFleetBreakerProbeKeepsLease(t *testing.T) {
 		for i, s := range stores {
 			cs[i] = fleetReplica(t, r, func(o *herd.Options[int]) {
 				o.Store = s
-				o.BreakerThreshold = 1
+				o.BreakerThreshold, o.NoBreaker = 1, false
 				o.BreakerCooldown = time.Second
 			})
 		}

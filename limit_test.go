@@ -427,6 +427,8 @@ func TestLimitLeaseLoserHoldsNoSlot(t *testing.T) {
 		r := memory.New()
 		replica := func() *herd.Cache[int] {
 			c, err := herd.New(&herd.Options[int]{
+				NoNearCache: true,
+				NoBreaker:   true,
 				MaxEntries:  100,
 				SoftTTL:     limSoft,
 				Limiter:     l,

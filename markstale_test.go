@@ -100,7 +100,7 @@ func TestMarkStaleEdges(t *testing.T) {
 		}
 
 		o := testOptions()
-		o.Store = nopStore{}
+		o.Store, o.NoNearCache, o.NoBreaker = nopStore{}, true, true
 		if err := newCache(t, o).MarkStale(t.Context(), "k"); !errors.Is(err, errors.ErrUnsupported) {
 			t.Errorf("MarkStale with a Store that is no Staler: %v, want ErrUnsupported", err)
 		}

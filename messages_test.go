@@ -198,7 +198,7 @@ func (failingCodec) Marshal(int) ([]byte, error) { return nil, errBoom }
 func TestChangeErrorsSayHerd(t *testing.T) {
 	ctx := bounded(t)
 	o := testOptions()
-	o.Store = failingStore{}
+	o.Store, o.NoNearCache, o.NoBreaker = failingStore{}, true, true
 	c := newCache(t, o)
 	checkOutward(t, "Set", c.Set(ctx, "k", 1), herd.ErrDegraded, errBoom)
 	checkOutward(t, "SetWithTTL", c.SetWithTTL(ctx, "k", 1, time.Second, 0), herd.ErrDegraded, errBoom)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/herdcache/herd/internal/jitter"
@@ -47,10 +48,28 @@ func (p LoserPolicy) String() string {
 // non-nil one means exactly what its fields say. [New] never changes the
 // Options it is given, and refuses any duration that is negative or above
 // [MaxTTL].
+//
+// The fields come in groups, in the order a user meets them: day one, the
+// remote tier, refresh, observability, then tuning and testing. Options
+// stays one flat struct rather than one sub-struct per group: a field is
+// set the same way in a literal and on what DefaultOptions returns
+// (o.NearTTL, not o.Remote.NearTTL), and checks that span groups (a Lease
+// needs a Store, RefreshAheadHot needs Load, ShareHotKeys a Store that
+// keeps a hot set) read as one set of rules.
+//
+// Starting from DefaultOptions and changing what differs is the
+// recommended form. A literal that sets a Store must also say what becomes
+// of the near-cache and the breaker (NearTTL or NoNearCache,
+// BreakerThreshold or NoBreaker); New returns an error naming the missing
+// choice otherwise, so that leaving a field out never turns a protection
+// off unsaid.
 type Options[V any] struct {
+	// Day one: the local tier, its TTLs, the loader and the backing
+	// store's limit. A literal that sets these alone is a complete
+	// single-process cache.
+
 	// Name identifies the cache in metrics and logs. Empty means "default".
 	Name string
-
 	// MaxEntries bounds the local tier (entries held in memory, decoded).
 	// It must be positive, unless MaxWeight is set: then it must be zero.
 	MaxEntries int
@@ -65,7 +84,6 @@ type Options[V any] struct {
 	// every put to the local tier, and must be cheap and safe for concurrent
 	// use. It is set exactly when MaxWeight is.
 	Weigher func(key string, v V) uint32
-
 	// SoftTTL is how long a loaded value is fresh. It must be positive.
 	SoftTTL time.Duration
 	// HardTTL is how long a value is kept at all. Between SoftTTL and HardTTL
@@ -78,62 +96,36 @@ type Options[V any] struct {
 	// NoStale makes a stale value a miss: nothing stale is ever served, and a
 	// failed load returns its error. For correctness-critical data.
 	NoStale bool
-
-	// Jitter spreads expiries: each write moves both TTLs by one offset drawn
-	// uniformly from ±Jitter×SoftTTL. It must lie in [0, 1); zero means off.
-	Jitter float64
-	// Beta scales XFetch early refresh. Each value's refresh starts
-	// delta×(1.2 + Beta×E) before its soft expiry, where delta is the
-	// measured duration of the load that made it (or nine tenths of the
-	// delta of the value it replaced, if that is longer, so that one fast
-	// load does not cut the lead of a slower one) and E is drawn once for
-	// the value from an exponential distribution with mean 1 (the xfetch
-	// package's Lead); the first read after that instant refreshes it in
-	// the background. Every replica derives the same E from the value, so
-	// how early a value is refreshed depends neither on how often it is read
-	// nor on how many replicas read it: about 1.2 loads per TTL for a load
-	// an eighth of the TTL, at Beta 1. Zero means off; it must not be
-	// negative.
-	Beta float64
-
 	// NegativeTTL is how long a load's [ErrNotFound] is remembered. Zero means
 	// never: every error, ErrNotFound included, reaches the next caller's load.
 	NegativeTTL time.Duration
-	// PreciseClock makes every hit read the precise time. Without it, when
-	// SoftTTL, NearTTL and NegativeTTL (those that are set) are all at least
-	// 100ms, a hit reads a clock that a goroutine advances once per
-	// thousandth of the shortest of them (between 1ms and 50ms) while the
-	// cache is read, and that stops when it is not. A value further than
-	// that from its expiries is judged by that clock, and one nearer by the
-	// precise time, so expiries stay exact. Only while the goroutine is
-	// starved of CPU for longer than its period may a hit serve a value as
-	// fresh, or as trusted, past its expiry, by at most how late the
-	// goroutine is. The TTLs a load sets are judged the same way.
-	PreciseClock bool
-
-	// LoadTimeout bounds each load (foreground or background), whatever its
-	// callers' contexts say, and each load's write-back to the Store. Zero
-	// means one minute; there is no "no limit", as a shared load must end.
-	LoadTimeout time.Duration
-	// RefreshBackoff is the least time between a background refresh of a key
-	// that failed, was shed by the limiter or found the lease held by another
-	// replica, and the next one. A refresh that found the lease held waits at
-	// least the time the holder's lease has left (the holder's completion
-	// notice usually ends the wait first), and one the limiter shed at least
-	// the limiter's RetryAfter; but a shed refresh of a stale value is
-	// retried at High priority once half of its stale window has passed (see
-	// [limiter.Options.Reserve]), so that the hottest key is not left stale
-	// to its hard TTL while misses hold every slot. Zero means only those
-	// bounds apply: a failed refresh may be retried by the next read.
-	RefreshBackoff time.Duration
-
-	// DisableCoalescing lets every miss call its own load. It exists to measure
-	// what coalescing saves; never set it in production.
-	DisableCoalescing bool
-
-	// Limiter caps concurrent loads and sheds what it cannot serve; it may be
-	// shared by several caches over one backing store. Nil means no cap.
+	// Load is the loader used when Get is given none. Nil means every Get
+	// must pass one, unless LoadMany is set.
+	Load func(ctx context.Context, key string) (V, error)
+	// LoadMany is the batch loader used when GetMany is given none. It also
+	// stands in for Load when Load is nil: for a Get's miss and for
+	// refresh-ahead, one key per call; for the background refreshes that
+	// Gets' stale and early reads start, one call per window of 2ms (or
+	// MaxBatch keys, 100 when MaxBatch is zero); and for [Cache.Warm], in
+	// batches.
+	LoadMany BatchLoadFunc[V]
+	// MaxBatch is the most keys one call of a batch loader is given; a
+	// GetMany that must load more splits them. Zero means no limit; it must
+	// not be negative.
+	MaxBatch int
+	// Codec encodes values for the Store. Nil means [DefaultCodec].
+	Codec Codec[V]
+	// Limiter caps concurrent loads and sheds what it cannot serve. Caches
+	// in front of one backing store should share one limiter, so that their
+	// loads together stay within its capacity: set the same *Limiter on
+	// each (DefaultOptions does, with one limiter per process). Nil means
+	// no cap.
 	Limiter *limiter.Limiter
+
+	// The remote tier, shared by the replicas of a fleet: the Store and its
+	// near-cache, the Lease, the breaker, the fleet's hot set. With a Store
+	// set, New requires NearTTL or NoNearCache, and BreakerThreshold or
+	// NoBreaker, so that no protection is lost by leaving a field out.
 
 	// Store is the remote tier shared by replicas. Nil means this process is
 	// the whole fleet: the local tier is the only tier.
@@ -143,10 +135,14 @@ type Options[V any] struct {
 	// at once while one read of the Store replaces it in the background;
 	// older copies are read again on the reader's path. 2×NearTTL bounds how
 	// stale a replica can be after another replica's Set or Invalidate when
-	// a change notice is lost. Zero means no near-cache: every read goes to
-	// the Store.
+	// a change notice is lost. With a Store, it must be set unless
+	// NoNearCache is.
 	NearTTL time.Duration
-
+	// NoNearCache, with a Store, makes every read go to the Store: no local
+	// copy is trusted. It exists so that turning the near-cache off is said
+	// out loud: with a Store, New refuses a zero NearTTL without it, and a
+	// NearTTL with it.
+	NoNearCache bool
 	// Lease makes a miss load once per fleet instead of once per replica, and
 	// fences the Store: a load that began before a Set or Invalidate on any
 	// replica cannot write its value afterwards. Nil means no lease: each
@@ -167,13 +163,11 @@ type Options[V any] struct {
 	// load and return the value without writing it; false returns
 	// [ErrLeaseTimeout].
 	LoadOnLeaseTimeout bool
-
 	// BreakerThreshold is how many consecutive failed Store or Lease calls
 	// open the breaker. While it is open the cache makes no remote calls: it
 	// serves from the local tier (fresh and, unless NoStale, stale until the
-	// hard TTL) and loads once per key per process. Zero means the breaker
-	// never opens: every miss still tries the remote tier, and its failures
-	// still fall back to the local tier and the load. A Store with a method
+	// hard TTL) and loads once per key per process. With a Store, it must
+	// be set unless NoBreaker is. A Store with a method
 	// Reached() bool that reports false when New is called (a
 	// redisstore.Remote that has not reached Redis) starts the breaker
 	// open, with a probe due: the first remote call probes the tier, and
@@ -185,6 +179,70 @@ type Options[V any] struct {
 	// are then re-read from the Store before being served as fresh. Required
 	// with a BreakerThreshold.
 	BreakerCooldown time.Duration
+	// NoBreaker, with a Store, keeps the breaker from ever opening: every
+	// miss still tries the remote tier, and its failures fall back to the
+	// local tier and the load. With a Store, New refuses a zero
+	// BreakerThreshold without it, and a BreakerThreshold with it.
+	NoBreaker bool
+	// ShareHotKeys is how many of the keys this replica read most in each
+	// period of ShareHotKeysEvery it adds, at the end of that period, to the
+	// fleet's hot set in the Store, from which a new replica warms with
+	// [Cache.WarmHot]. Reads are counted as for RefreshAheadHot. It needs a
+	// Store that implements [remote.HotSet]; the set holds keys as they are given
+	// to Get, so keys that carry personal data end up in the Store as
+	// values do. Zero means none.
+	ShareHotKeys int
+	// ShareHotKeysEvery is the period of the hot set; every replica of a
+	// fleet must use the same. Zero means SoftTTL.
+	ShareHotKeysEvery time.Duration
+
+	// Refresh: when a value is reloaded before or after it expires, and how
+	// long a load may take.
+
+	// Jitter spreads expiries: each write moves both TTLs by one offset drawn
+	// uniformly from ±Jitter×SoftTTL. It must lie in [0, 1); zero means off.
+	Jitter float64
+	// Beta scales XFetch early refresh. Each value's refresh starts
+	// delta×(1.2 + Beta×E) before its soft expiry, where delta is the
+	// measured duration of the load that made it (or nine tenths of the
+	// delta of the value it replaced, if that is longer, so that one fast
+	// load does not cut the lead of a slower one) and E is drawn once for
+	// the value from an exponential distribution with mean 1 (the xfetch
+	// package's Lead); the first read after that instant refreshes it in
+	// the background. Every replica derives the same E from the value, so
+	// how early a value is refreshed depends neither on how often it is read
+	// nor on how many replicas read it: about 1.2 loads per TTL for a load
+	// an eighth of the TTL, at Beta 1. Zero means off; it must not be
+	// negative.
+	Beta float64
+	// RefreshBackoff is the least time between a background refresh of a key
+	// that failed, was shed by the limiter or found the lease held by another
+	// replica, and the next one. A refresh that found the lease held waits at
+	// least the time the holder's lease has left (the holder's completion
+	// notice usually ends the wait first), and one the limiter shed at least
+	// the limiter's RetryAfter; but a shed refresh of a stale value is
+	// retried at High priority once half of its stale window has passed (see
+	// [limiter.Options.Reserve]), so that the hottest key is not left stale
+	// to its hard TTL while misses hold every slot. Zero means only those
+	// bounds apply: a failed refresh may be retried by the next read.
+	RefreshBackoff time.Duration
+	// MaxRefreshAhead is how many keys may be kept fresh ahead of their
+	// expiry at once: pinned ([Cache.Pin]) and hot (RefreshAheadHot) keys
+	// together. Zero means none: Pin fails.
+	MaxRefreshAhead int
+	// RefreshAheadHot is how many of the keys read most are kept fresh as
+	// pinned keys are, each only while it is read during its value's life:
+	// a hot key that is no longer read stops being refreshed within a soft
+	// TTL. Reads are counted over each soft TTL (hits sampled 1 in 16,
+	// misses and stale reads all), whether or not stats are on. It needs
+	// Load, and at most MaxRefreshAhead. Zero means none.
+	RefreshAheadHot int
+	// LoadTimeout bounds each load (foreground or background), whatever its
+	// callers' contexts say, and each load's write-back to the Store. Zero
+	// means one minute; there is no "no limit", as a shared load must end.
+	LoadTimeout time.Duration
+
+	// Observability: events as they happen, and what Stats counts.
 
 	// Recorder receives events as they happen (and, if it implements Tracer,
 	// wraps loads and lease waits in spans). Nil means none; Stats works
@@ -203,47 +261,22 @@ type Options[V any] struct {
 	// hash.
 	HotKeyNames bool
 
-	// Codec encodes values for the Store. Nil means [DefaultCodec].
-	Codec Codec[V]
+	// Tuning and testing.
 
-	// Load is the loader used when Get is given none. Nil means every Get
-	// must pass one, unless LoadMany is set.
-	Load func(ctx context.Context, key string) (V, error)
-	// LoadMany is the batch loader used when GetMany is given none. It also
-	// stands in for Load when Load is nil: for a Get's miss and for
-	// refresh-ahead, one key per call; for the background refreshes that
-	// Gets' stale and early reads start, one call per window of 2ms (or
-	// MaxBatch keys, 100 when MaxBatch is zero); and for [Cache.Warm], in
-	// batches.
-	LoadMany BatchLoadFunc[V]
-	// MaxBatch is the most keys one call of a batch loader is given; a
-	// GetMany that must load more splits them. Zero means no limit; it must
-	// not be negative.
-	MaxBatch int
-
-	// MaxRefreshAhead is how many keys may be kept fresh ahead of their
-	// expiry at once: pinned ([Cache.Pin]) and hot (RefreshAheadHot) keys
-	// together. Zero means none: Pin fails.
-	MaxRefreshAhead int
-	// RefreshAheadHot is how many of the keys read most are kept fresh as
-	// pinned keys are, each only while it is read during its value's life:
-	// a hot key that is no longer read stops being refreshed within a soft
-	// TTL. Reads are counted over each soft TTL (hits sampled 1 in 16,
-	// misses and stale reads all), whether or not stats are on. It needs
-	// Load, and at most MaxRefreshAhead. Zero means none.
-	RefreshAheadHot int
-	// ShareHotKeys is how many of the keys this replica read most in each
-	// period of ShareHotKeysEvery it adds, at the end of that period, to the
-	// fleet's hot set in the Store, from which a new replica warms with
-	// [Cache.WarmHot]. Reads are counted as for RefreshAheadHot. It needs a
-	// Store that implements [remote.HotSet]; the set holds keys as they are given
-	// to Get, so keys that carry personal data end up in the Store as
-	// values do. Zero means none.
-	ShareHotKeys int
-	// ShareHotKeysEvery is the period of the hot set; every replica of a
-	// fleet must use the same. Zero means SoftTTL.
-	ShareHotKeysEvery time.Duration
-
+	// PreciseClock makes every hit read the precise time. Without it, when
+	// SoftTTL, NearTTL and NegativeTTL (those that are set) are all at least
+	// 100ms, a hit reads a clock that a goroutine advances once per
+	// thousandth of the shortest of them (between 1ms and 50ms) while the
+	// cache is read, and that stops when it is not. A value further than
+	// that from its expiries is judged by that clock, and one nearer by the
+	// precise time, so expiries stay exact. Only while the goroutine is
+	// starved of CPU for longer than its period may a hit serve a value as
+	// fresh, or as trusted, past its expiry, by at most how late the
+	// goroutine is. The TTLs a load sets are judged the same way.
+	PreciseClock bool
+	// DisableCoalescing lets every miss call its own load. It exists to measure
+	// what coalescing saves; never set it in production.
+	DisableCoalescing bool
 	// Executor runs background refreshes. Nil means each runs on a new
 	// goroutine. It must not block the caller waiting on other tasks.
 	Executor func(fn func())
@@ -257,20 +290,21 @@ type Options[V any] struct {
 // near-cache TTL one second, a five-second lease, and a breaker that opens
 // after five failed remote calls and probes every second (used once a Store
 // and Lease are set), the 20 hottest keys tracked for Stats, and up to
-// 1,000 pinned keys (Pin). Each call returns a new limiter: caches in front
-// of one backing store should share one, set on each.
+// 1,000 pinned keys (Pin).
+//
+// The limiter is [SharedLimiter], one for the whole process: every cache
+// made from DefaultOptions shares its 32 slots, so that two caches over one
+// database make at most 32 concurrent loads between them, not 64. Caches in
+// front of different backing stores should each have their own limiter,
+// made with limiter.New and set on every cache over that store.
 func DefaultOptions[V any]() *Options[V] {
-	l, err := limiter.New(limiter.DefaultOptions(32))
-	if err != nil {
-		panic(err) // the defaults are valid; a test checks it
-	}
 	return &Options[V]{
 		MaxEntries: 100_000,
 		SoftTTL:    time.Minute,
 		HardTTL:    5 * time.Minute,
 		Jitter:     0.1,
 		Beta:       1,
-		Limiter:    l,
+		Limiter:    SharedLimiter(),
 
 		RefreshBackoff: time.Second,
 
@@ -285,6 +319,21 @@ func DefaultOptions[V any]() *Options[V] {
 		MaxRefreshAhead: 1000,
 	}
 }
+
+// SharedLimiter returns the process's default limiter, made on the first
+// call: 32 concurrent loads, a quarter reserved for foreground misses, a
+// one-second queue timeout (limiter.DefaultOptions(32)). [DefaultOptions]
+// sets it on every cache it configures; set it on a literal Options to
+// share the same slots.
+func SharedLimiter() *limiter.Limiter { return sharedLimiter() }
+
+var sharedLimiter = sync.OnceValue(func() *limiter.Limiter {
+	l, err := limiter.New(limiter.DefaultOptions(32))
+	if err != nil {
+		panic(err) // the defaults are valid; a test checks it
+	}
+	return l
+})
 
 // MaxTTL is the longest duration any field of [Options] accepts: 100 years
 // of 365 days. Every time the cache computes saturates, so no TTL, timeout or
@@ -327,6 +376,7 @@ func (o *Options[V]) validate() (config[V], error) {
 	if o.Lease != nil && o.Store == nil {
 		bad("a Lease needs a Store")
 	}
+	errs = append(errs, o.protectionErrors()...)
 	errs = append(errs, o.hotKeyErrors()...)
 	if o.HotKeys < 0 {
 		bad("HotKeys must not be negative, got %d", o.HotKeys)
@@ -351,6 +401,32 @@ func (o *Options[V]) validate() (config[V], error) {
 		c.Executor = func(fn func()) { go fn() }
 	}
 	return c, errors.Join(errs...)
+}
+
+// protectionErrors checks that a cache with a Store says what becomes of
+// its near-cache and its breaker, so that a literal that leaves them out
+// does not lose them unsaid.
+func (o *Options[V]) protectionErrors() []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("herd: "+format, args...))
+	}
+	if o.NearTTL > 0 && o.NoNearCache {
+		bad("NearTTL and NoNearCache are both set: choose one")
+	}
+	if o.BreakerThreshold > 0 && o.NoBreaker {
+		bad("BreakerThreshold and NoBreaker are both set: choose one")
+	}
+	if o.Store == nil {
+		return errs
+	}
+	if o.NearTTL == 0 && !o.NoNearCache {
+		bad("a Store needs NearTTL (DefaultOptions: 1s) or NoNearCache to turn the near-cache off")
+	}
+	if o.BreakerThreshold == 0 && !o.NoBreaker {
+		bad("a Store needs BreakerThreshold and BreakerCooldown (DefaultOptions: 5 and 1s) or NoBreaker to turn the breaker off")
+	}
+	return errs
 }
 
 // hotKeyErrors checks the options of refresh-ahead and of the hot set.

@@ -245,7 +245,7 @@ func TestBreakerOpensOnMissesOfDownStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		o := fleetOptions(r)
-		o.Lease, o.BreakerThreshold, o.BreakerCooldown = nil, 2, time.Minute
+		o.Lease, o.BreakerThreshold, o.BreakerCooldown, o.NoBreaker = nil, 2, time.Minute, false
 		c := newCache(t, o)
 		r.SetDown(errors.New("connection refused"))
 		for _, k := range []string{"a", "b"} {

@@ -34,6 +34,7 @@ func TestRevalidationDoesNotUndoRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := &heldLoads{Remote: memory.New(), gate: make(chan struct{})}
 		c := newCache(t, &herd.Options[int]{
+			NoBreaker:  true,
 			MaxEntries: 10, SoftTTL: 10 * time.Second, HardTTL: 20 * time.Second,
 			Store: h, Lease: h, LeaseTTL: 5 * time.Second, NearTTL: 8 * time.Second,
 		})

@@ -148,7 +148,9 @@ func TestShortPeriodsStartCleanly(t *testing.T) {
 	r := memory.New()
 	for range 50 {
 		c, err := herd.New(&herd.Options[int]{
-			MaxEntries: 10, SoftTTL: time.Millisecond, Store: r,
+			NoNearCache: true,
+			NoBreaker:   true,
+			MaxEntries:  10, SoftTTL: time.Millisecond, Store: r,
 			ShareHotKeys: 1, ShareHotKeysEvery: time.Nanosecond,
 			MaxRefreshAhead: 1, RefreshAheadHot: 1,
 			Load: func(context.Context, string) (int, error) { return 1, nil },

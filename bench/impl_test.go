@@ -178,7 +178,7 @@ func herdFleet(loop bool) func([]*db) []replica {
 		for i, d := range dbs {
 			o := herdOptions(d, loop)
 			o.Store, o.Lease = r, r
-			o.NearTTL = time.Second
+			o.NearTTL, o.NoBreaker = time.Second, true
 			o.LeaseTTL = 5 * time.Second
 			o.OnLeaseHeld = herd.Wait
 			o.LeaseWait = time.Minute

@@ -409,7 +409,9 @@ func TestLeaseWaitSpan(t *testing.T) {
 		rec := s.recorder(t, herdotel.Options{}) // one Recorder for both caches, named by each
 		replica := func(name string) *herd.Cache[string] {
 			return newCache(t, &herd.Options[string]{
-				Name: name, MaxEntries: 10, SoftTTL: time.Hour,
+				NoNearCache: true,
+				NoBreaker:   true,
+				Name:        name, MaxEntries: 10, SoftTTL: time.Hour,
 				Store: remote, Lease: remote, LeaseTTL: 10 * time.Second, OnLeaseHeld: herd.Wait,
 				Recorder: rec,
 			})
@@ -561,7 +563,9 @@ func TestFailures(t *testing.T) {
 		s := newSetup()
 		remote := memory.New()
 		c, err := herd.New(&herd.Options[float64]{
-			Name: "gauges", MaxEntries: 10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
+			NoNearCache: true,
+			NoBreaker:   true,
+			Name:        "gauges", MaxEntries: 10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
 			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
 			Recorder: s.recorder(t, herdotel.Options{}),
 		})

@@ -233,7 +233,9 @@ func TestWriteBackFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		remote := memory.New()
 		c, err := herd.New(&herd.Options[float64]{
-			Name: "gauges", MaxEntries: 10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
+			NoNearCache: true,
+			NoBreaker:   true,
+			Name:        "gauges", MaxEntries: 10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
 			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
 		})
 		if err != nil {

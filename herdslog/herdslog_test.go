@@ -253,7 +253,8 @@ func TestWithCache(t *testing.T) {
 		rec, h := newRecorder(t, herdslog.Options{})
 		remote := memory.New()
 		c := newCache(t, &herd.Options[string]{
-			MaxEntries: 10, SoftTTL: time.Second, HardTTL: time.Hour,
+			NoNearCache: true,
+			MaxEntries:  10, SoftTTL: time.Second, HardTTL: time.Hour,
 			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
 			BreakerThreshold: 1, BreakerCooldown: time.Second,
 			Recorder: rec, Name: "items",
@@ -302,7 +303,9 @@ func TestLeaseLostWithCache(t *testing.T) {
 		rec, h := newRecorder(t, herdslog.Options{})
 		remote := memory.New()
 		c := newCache(t, &herd.Options[string]{
-			MaxEntries: 10, SoftTTL: time.Hour,
+			NoNearCache: true,
+			NoBreaker:   true,
+			MaxEntries:  10, SoftTTL: time.Hour,
 			Store: remote, Lease: remote, LeaseTTL: 3 * time.Second,
 			Recorder: rec, Name: "items",
 		})
@@ -372,7 +375,9 @@ func TestTraceWithCache(t *testing.T) {
 				rec, h := newRecorder(t, herdslog.Options{Trace: trace, Burst: 100})
 				remote := memory.New()
 				c := newCache(t, &herd.Options[string]{
-					MaxEntries: 10, SoftTTL: time.Second, HardTTL: time.Hour, NegativeTTL: time.Minute,
+					NoNearCache: true,
+					NoBreaker:   true,
+					MaxEntries:  10, SoftTTL: time.Second, HardTTL: time.Hour, NegativeTTL: time.Minute,
 					Store: remote, Lease: remote, LeaseTTL: 10 * time.Second, Recorder: rec, Name: "items",
 				})
 				good := func(context.Context) (string, error) { return "v", nil }
@@ -431,7 +436,9 @@ func TestFailuresWithCache(t *testing.T) {
 		rec, h := newRecorder(t, herdslog.Options{Burst: 2, Interval: time.Hour})
 		remote := memory.New()
 		c, err := herd.New(&herd.Options[float64]{
-			MaxEntries: 10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
+			NoNearCache: true,
+			NoBreaker:   true,
+			MaxEntries:  10, SoftTTL: time.Hour, Codec: herd.JSON[float64](),
 			Store: remote, Lease: remote, LeaseTTL: 10 * time.Second,
 			Recorder: rec, Name: "gauges",
 		})

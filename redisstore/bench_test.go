@@ -19,6 +19,7 @@ func BenchmarkRemoteHit(b *testing.B) {
 	c := redistest.Server(b).Client()
 	r := newRemote(b, c, Options{})
 	cache, err := herd.New(&herd.Options[[]byte]{
+		NoBreaker:  true,
 		MaxEntries: 100,
 		SoftTTL:    time.Hour,
 		Store:      r,

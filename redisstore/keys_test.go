@@ -54,7 +54,9 @@ func TestKeysListed(t *testing.T) {
 	newCache := func() *herd.Cache[string] {
 		t.Helper()
 		cache, err := herd.New(&herd.Options[string]{
-			MaxEntries: 100, SoftTTL: soft, HardTTL: hard,
+			NoNearCache: true,
+			NoBreaker:   true,
+			MaxEntries:  100, SoftTTL: soft, HardTTL: hard,
 			Store: r, Lease: r, LeaseTTL: leaseTTL,
 		})
 		if err != nil {

@@ -53,7 +53,8 @@ func closedPort(t *testing.T) string {
 func readyCache(t *testing.T, r *Remote) *herd.Cache[int] {
 	t.Helper()
 	c, err := herd.New(&herd.Options[int]{
-		MaxEntries: 100, SoftTTL: time.Minute,
+		NoNearCache: true,
+		MaxEntries:  100, SoftTTL: time.Minute,
 		Store: r, Lease: r, LeaseTTL: time.Second,
 		BreakerThreshold: 5, BreakerCooldown: time.Hour,
 	})

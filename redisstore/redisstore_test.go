@@ -849,10 +849,12 @@ func TestRemoteHitIsOneGet(t *testing.T) {
 	c := n.Client()
 	r := newRemote(t, c, Options{})
 	cache, err := herd.New(&herd.Options[[]byte]{
-		MaxEntries: 100,
-		SoftTTL:    time.Hour,
-		Store:      r,
-		Codec:      herd.Bytes(),
+		NoNearCache: true,
+		NoBreaker:   true,
+		MaxEntries:  100,
+		SoftTTL:     time.Hour,
+		Store:       r,
+		Codec:       herd.Bytes(),
 	})
 	if err != nil {
 		t.Fatalf("herd.New: %v", err)

@@ -51,6 +51,7 @@ func TestBatchNoticesStayTargeted(t *testing.T) {
 	prefix := fmt.Sprintf("fleet:%s:", t.Name())
 	opts := func(r remote.Store, l remote.Lease) *herd.Options[string] {
 		return &herd.Options[string]{
+			NoBreaker:  true,
 			MaxEntries: 20_000, SoftTTL: time.Hour, NearTTL: time.Minute,
 			Store: r, Lease: l, LeaseTTL: time.Minute,
 		}

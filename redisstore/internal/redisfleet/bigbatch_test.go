@@ -47,6 +47,7 @@ func bigReplica(t *testing.T, client redis.UniversalClient, prefix string, n int
 		t.Fatal(err)
 	}
 	c, err := herd.New(&herd.Options[string]{
+		NoBreaker:  true,
 		MaxEntries: 2 * n,
 		SoftTTL:    time.Hour,
 		Store:      r,

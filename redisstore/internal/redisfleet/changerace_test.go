@@ -133,11 +133,13 @@ func (rg raceRig) replica(t *testing.T, node *redistest.Node, near, hard time.Du
 func raceReplica(t *testing.T, rg raceRig, r remote.Store, near, hard time.Duration, tune func(*herd.Options[int])) *herd.Cache[int] {
 	t.Helper()
 	o := &herd.Options[int]{
+		NoBreaker:   true,
 		MaxEntries:  10_000,
 		SoftTTL:     time.Minute,
 		HardTTL:     hard,
 		Store:       r,
 		NearTTL:     near,
+		NoNearCache: near == 0,
 		LeaseTTL:    5 * time.Second,
 		OnLeaseHeld: herd.Wait,
 		LeaseWait:   500 * time.Millisecond,

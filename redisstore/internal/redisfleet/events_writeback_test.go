@@ -66,7 +66,7 @@ func TestWriteBackRefusedByFullRedis(t *testing.T) {
 			}
 			defer r.Close()
 			rec := writeBackEvents{failed: make(chan observe.Event, 8)}
-			o := &herd.Options[string]{Name: "events", MaxEntries: 10, SoftTTL: time.Minute, Store: r, Recorder: rec}
+			o := &herd.Options[string]{NoNearCache: true, NoBreaker: true, Name: "events", MaxEntries: 10, SoftTTL: time.Minute, Store: r, Recorder: rec}
 			if c.lease {
 				o.Lease, o.LeaseTTL = r, 5*time.Second
 			}

@@ -232,6 +232,7 @@ func failoverCache(t testing.TB, g *redistest.SentinelGroup, prefix string, ack 
 		t.Fatal(err)
 	}
 	c, err := herd.New(&herd.Options[string]{
+		NoNearCache:      true,
 		MaxEntries:       1000,
 		SoftTTL:          time.Hour,
 		Store:            r,
@@ -264,7 +265,7 @@ func TestAckFrozenReplicaThroughCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
-	c, err := herd.New(&herd.Options[string]{MaxEntries: 10, SoftTTL: time.Hour, Store: r, Lease: r, LeaseTTL: time.Second})
+	c, err := herd.New(&herd.Options[string]{NoNearCache: true, NoBreaker: true, MaxEntries: 10, SoftTTL: time.Hour, Store: r, Lease: r, LeaseTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

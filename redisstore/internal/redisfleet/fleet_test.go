@@ -253,7 +253,9 @@ func TestHolderCrashTakeover(t *testing.T) {
 	}
 	defer r.Close()
 	crashed := herd.Must(herd.New(&herd.Options[string]{
-		MaxEntries: 10, SoftTTL: time.Minute, Store: r, Lease: lostLease{r},
+		NoNearCache: true,
+		NoBreaker:   true,
+		MaxEntries:  10, SoftTTL: time.Minute, Store: r, Lease: lostLease{r},
 		LeaseTTL: leaseTTL, OnLeaseHeld: herd.Wait,
 	}))
 	defer crashed.Close(context.Background())
@@ -324,7 +326,9 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	defer r.Close()
 	fenced := make(fencedSignal, 1)
 	paused := herd.Must(herd.New(&herd.Options[string]{
-		MaxEntries: 10, SoftTTL: time.Minute, Store: r, Lease: lostLease{r},
+		NoNearCache: true,
+		NoBreaker:   true,
+		MaxEntries:  10, SoftTTL: time.Minute, Store: r, Lease: lostLease{r},
 		LeaseTTL: 300 * time.Millisecond, OnLeaseHeld: herd.Wait, Recorder: fenced,
 	}))
 	defer paused.Close(context.Background())

@@ -112,6 +112,7 @@ func TestGetManyRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := herd.New(&herd.Options[string]{
+			NoBreaker:  true,
 			MaxEntries: 1000, SoftTTL: time.Minute, Store: r, Lease: r, LeaseTTL: 5 * time.Second, NearTTL: time.Second,
 		})
 		if err != nil {

@@ -187,6 +187,7 @@ func pausedPauses(t *testing.T) int {
 func pausedReplica(t *testing.T, name string, r *redisstore.Remote, lease remote.Lease) *herd.Cache[string] {
 	t.Helper()
 	c, err := herd.New(&herd.Options[string]{
+		NoBreaker:   true,
 		Name:        name,
 		MaxEntries:  100,
 		SoftTTL:     time.Minute,

@@ -676,7 +676,7 @@ func (f *procFleet) stored(t *testing.T, key string) string {
 // storedIf is stored, reporting whether Redis holds a value at all.
 func (f *procFleet) storedIf(t *testing.T, key string) (string, bool) {
 	t.Helper()
-	c, err := herd.New(&herd.Options[string]{MaxEntries: 10, SoftTTL: time.Minute, Store: f.remote})
+	c, err := herd.New(&herd.Options[string]{NoNearCache: true, NoBreaker: true, MaxEntries: 10, SoftTTL: time.Minute, Store: f.remote})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,6 +243,8 @@ func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.
 			return Run{}, slowMeasures{}, err
 		}
 		c, err := herd.New(&herd.Options[string]{
+			NoNearCache: true,
+			NoBreaker:   true,
 			Name:        "replica-" + strconv.Itoa(i),
 			MaxEntries:  1 << 16,
 			SoftTTL:     o.TTL,
