@@ -1169,7 +1169,11 @@ func TestOptionsValidation(t *testing.T) {
 		{"RefreshBackoff -1", func(o *herd.Options[int]) { o.RefreshBackoff = -1 }, "RefreshBackoff"},
 		{"NearTTL -1", func(o *herd.Options[int]) { o.NearTTL = -1 }, "NearTTL"},
 		{"Lease without Store", func(o *herd.Options[int]) { o.Lease = nopLease{}; o.LeaseTTL = time.Second }, "Store"},
-		{"LeaseTTL 0 with Lease", func(o *herd.Options[int]) { o.Store = nopStore{}; o.Lease = nopLease{}; o.NoNearCache, o.NoBreaker = true, true }, "LeaseTTL"},
+		{"LeaseTTL 0 with Lease", func(o *herd.Options[int]) {
+			o.Store = nopStore{}
+			o.Lease = nopLease{}
+			o.NoNearCache, o.NoBreaker = true, true
+		}, "LeaseTTL"},
 		{"LeaseTTL -1", func(o *herd.Options[int]) { o.LeaseTTL = -1 }, "LeaseTTL"},
 		{"LeaseWait -1", func(o *herd.Options[int]) { o.LeaseWait = -1 }, "LeaseWait"},
 		{"unknown OnLeaseHeld", func(o *herd.Options[int]) { o.OnLeaseHeld = herd.FailFast + 1 }, "OnLeaseHeld"},
@@ -1181,7 +1185,11 @@ func TestOptionsValidation(t *testing.T) {
 		{"ShareHotKeys -1", func(o *herd.Options[int]) { o.ShareHotKeys = -1 }, "ShareHotKeys"},
 		{"ShareHotKeysEvery -1", func(o *herd.Options[int]) { o.ShareHotKeysEvery = -1 }, "ShareHotKeysEvery"},
 		{"ShareHotKeys without Store", func(o *herd.Options[int]) { o.ShareHotKeys = 20 }, "HotSet"},
-		{"ShareHotKeys with a Store that is no HotSet", func(o *herd.Options[int]) { o.Store = nopStore{}; o.ShareHotKeys = 20; o.NoNearCache, o.NoBreaker = true, true }, "HotSet"},
+		{"ShareHotKeys with a Store that is no HotSet", func(o *herd.Options[int]) {
+			o.Store = nopStore{}
+			o.ShareHotKeys = 20
+			o.NoNearCache, o.NoBreaker = true, true
+		}, "HotSet"},
 	}
 	// Every duration above MaxTTL, and at the largest Duration, is refused by
 	// name.
