@@ -3,9 +3,9 @@ module github.com/herdcache/herd/examples
 go 1.26.0
 
 require (
-	github.com/herdcache/herd v0.1.0
-	github.com/herdcache/herd/herdprom v0.1.0
-	github.com/herdcache/herd/redisstore v0.1.0
+	github.com/herdcache/herd v0.2.0
+	github.com/herdcache/herd/herdprom v0.2.0
+	github.com/herdcache/herd/redisstore v0.2.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0

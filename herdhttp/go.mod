@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/dunglas/httpsfv v1.1.2
 	github.com/google/go-cmp v0.7.0
-	github.com/herdcache/herd v0.1.0
-	github.com/herdcache/herd/redisstore v0.1.0
+	github.com/herdcache/herd v0.2.0
+	github.com/herdcache/herd/redisstore v0.2.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

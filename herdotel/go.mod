@@ -3,7 +3,7 @@ module github.com/herdcache/herd/herdotel
 go 1.26.0
 
 require (
-	github.com/herdcache/herd v0.1.0
+	github.com/herdcache/herd v0.2.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

@@ -3,7 +3,7 @@ module github.com/herdcache/herd/herdprom
 go 1.26.0
 
 require (
-	github.com/herdcache/herd v0.1.0
+	github.com/herdcache/herd v0.2.0
 	github.com/prometheus/client_golang v1.25.0
 )
 

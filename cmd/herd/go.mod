@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/google/go-cmp v0.7.0
-	github.com/herdcache/herd v0.1.0
-	github.com/herdcache/herd/redisstore v0.1.0
+	github.com/herdcache/herd v0.2.0
+	github.com/herdcache/herd/redisstore v0.2.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
@@ -16,7 +16,7 @@ require github.com/dunglas/httpsfv v1.1.2 // indirect
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/herdcache/herd/herdhttp v0.1.0
+	github.com/herdcache/herd/herdhttp v0.2.0
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
