@@ -131,6 +131,13 @@ type Options struct {
 	// SELECT pg_sleep(drawn latency), on this loopback PostgreSQL.
 	PostgresDSN string
 
+	// SlowScale multiplies slow-origin's latency, TTL and client timeout
+	// (so its run length too), and no other scenario's; zero means one.
+	// Quick sets it to 2.5, to a 100ms mean: at 40ms the timers and the
+	// Redis round trips of three rungs side by side run late on a machine
+	// busy with other work, and every rung misses its timeouts alike.
+	SlowScale float64
+
 	// Check evaluates every layer's promises into Suite.Checks.
 	Check bool
 
@@ -164,7 +171,7 @@ func Defaults() Options {
 
 // Quick returns the defaults scaled down to finish in well under 30
 // seconds: every scenario and layer, with 40ms recomputes, a 200ms TTL and
-// 600ms runs.
+// 600ms runs; slow-origin, when named, at 2.5× those timings (SlowScale).
 func Quick() Options {
 	o := Defaults()
 	o.Replicas = 3
@@ -175,6 +182,7 @@ func Quick() Options {
 	o.TTL = 200 * time.Millisecond
 	o.Duration = 600 * time.Millisecond
 	o.ClientTimeout = time.Second
+	o.SlowScale = 2.5
 	return o
 }
 
@@ -252,6 +260,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ClientTimeout <= 0 || o.ClientTimeout > time.Minute {
 		bad("client timeout must lie in (0, 1m], got %v", o.ClientTimeout)
+	}
+	if o.SlowScale < 0 || o.SlowScale > 100 {
+		bad("slow-origin's time scale must lie in [0, 100], got %g", o.SlowScale)
 	}
 	if o.RedisAddr != "" && o.SpawnRedis {
 		bad("--redis and --spawn-redis exclude each other")

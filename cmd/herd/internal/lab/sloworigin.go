@@ -164,6 +164,7 @@ type slowMeasures struct {
 // them alike; over PostgreSQL, whose backends they would share, one after
 // the other.
 func runSlowOrigin(ctx context.Context, o *Options, b backend, query func(context.Context, time.Duration) error, index int) ([]Run, []Check, error) {
+	o = slowScaled(o)
 	runs := make([]Run, len(SlowRungs))
 	ms := make([]slowMeasures, len(SlowRungs))
 	errs := make([]error, len(SlowRungs))
@@ -205,6 +206,20 @@ func runSlowOrigin(ctx context.Context, o *Options, b backend, query func(contex
 		return runs, nil, nil
 	}
 	return runs, slowChecks(o, ms, healthy), nil
+}
+
+// slowScaled returns o with its latency, TTL and client timeout multiplied
+// by o.SlowScale.
+func slowScaled(o *Options) *Options {
+	if o.SlowScale == 0 || o.SlowScale == 1 {
+		return o
+	}
+	so := *o
+	f := so.SlowScale
+	scale := func(d time.Duration) time.Duration { return time.Duration(f * float64(d)) }
+	so.Latency.A, so.Latency.B = scale(o.Latency.A), scale(o.Latency.B)
+	so.TTL, so.ClientTimeout = scale(o.TTL), scale(o.ClientTimeout)
+	return &so
 }
 
 // healthyP99 is the p99 of the healthy database's latency at or below its

@@ -93,6 +93,11 @@ func RunSuite(ctx context.Context, o Options) (*Suite, error) {
 		if o.Progress != nil {
 			o.Progress(Step{Done: len(plans), Total: total, Name: slowScenario})
 		}
+		if o.SlowScale != 0 && o.SlowScale != 1 {
+			so := slowScaled(&o)
+			fmt.Fprintf(notes, "lab: %s runs at %g× the suite's timings: latency %s, TTL %v, client timeout %v\n",
+				slowScenario, o.SlowScale, so.Latency, so.TTL, so.ClientTimeout)
+		}
 		began := time.Now()
 		runs, checks, err := runSlowOrigin(ctx, &o, b, query, len(plans))
 		s.Runs = append(s.Runs, runs...)
