@@ -171,25 +171,16 @@ type slowMeasures struct {
 // the other.
 func runSlowOrigin(ctx context.Context, o *Options, b backend, index int) ([]Run, []Check, error) {
 	o = slowScaled(o)
-	var query func(context.Context, time.Duration) error
-	if o.PostgresDSN != "" {
-		pool, err := openSlowPostgres(ctx, o)
-		if err != nil {
-			return nil, nil, err
-		}
-		defer pool.Close()
-		query = slowQuery(pool, max(o.Capacity, 1))
-	}
 	runs := make([]Run, len(SlowRungs))
 	ms := make([]slowMeasures, len(SlowRungs))
 	errs := make([]error, len(SlowRungs))
 	one := func(i int) {
-		runs[i], ms[i], errs[i] = runSlowRung(ctx, o, b, query, index+i, SlowRungs[i])
+		runs[i], ms[i], errs[i] = runSlowRung(ctx, o, b, index+i, SlowRungs[i])
 		if errs[i] != nil {
 			errs[i] = fmt.Errorf("lab: %s/%s: %w", slowScenario, SlowRungs[i], errs[i])
 		}
 	}
-	if query == nil {
+	if o.PostgresDSN == "" {
 		var wg sync.WaitGroup
 		for i := range SlowRungs {
 			wg.Go(func() { one(i) })
@@ -228,9 +219,10 @@ func runSlowOrigin(ctx context.Context, o *Options, b backend, index int) ([]Run
 // that the suite's own pool fits beside it.
 const slowPoolMax = 64
 
-// slowApp is the application_name of slow-origin's connections: a query
-// counts the active backends of that name, and no other's.
-const slowApp = "herd lab slow-origin"
+// slowApp is the application_name of a rung's connections: a query counts
+// the active backends of its rung's name, and no other's, not even those
+// of a rung before it that PostgreSQL has not yet ended.
+func slowApp(rung string) string { return "herd lab slow-origin " + rung }
 
 // openSlowPostgres opens slow-origin's pool: a connection for every slot
 // the rungs may hold at once (32 per replica), at most slowPoolMax, so that
@@ -238,12 +230,12 @@ const slowApp = "herd lab slow-origin"
 // database slower rather than the pool's queue. Every statement ends
 // server-side after the cache's load timeout, so that no backend outlives
 // the call that was waiting for it.
-func openSlowPostgres(ctx context.Context, o *Options) (*pgxpool.Pool, error) {
+func openSlowPostgres(ctx context.Context, o *Options, rung string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(o.PostgresDSN)
 	if err != nil {
 		return nil, fmt.Errorf("lab: --origin-postgres: %w", err)
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = slowApp
+	cfg.ConnConfig.RuntimeParams["application_name"] = slowApp(rung)
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(slowLoadTimeout(o).Milliseconds(), 10)
 	return openPool(ctx, cfg, min(32*o.Replicas, slowPoolMax))
 }
@@ -253,14 +245,14 @@ func slowLoadTimeout(o *Options) time.Duration { return 4 * o.ClientTimeout }
 
 // slowQuery returns slow-origin's PostgreSQL call: pg_sleep of the drawn
 // latency (×slowFactor in the slow phase) ×(n/capacity)² when n, the
-// active backends of slowApp counted by the query itself in
+// active backends of the rung's slowApp counted by the query itself in
 // pg_stat_activity, exceeds capacity: the slowing with concurrency is the
 // database's own count, not the lab's.
-func slowQuery(pool *pgxpool.Pool, capacity int) func(context.Context, time.Duration) error {
+func slowQuery(pool *pgxpool.Pool, rung string, capacity int) func(context.Context, time.Duration) error {
 	const q = `SELECT pg_sleep($1::float8 * power(greatest(1.0,
 		(SELECT count(*) FROM pg_stat_activity WHERE application_name = $2 AND state = 'active')::float8 / $3), 2))`
 	return func(ctx context.Context, d time.Duration) error {
-		_, err := pool.Exec(ctx, q, d.Seconds(), slowApp, float64(capacity))
+		_, err := pool.Exec(ctx, q, d.Seconds(), slowApp(rung), float64(capacity))
 		return err
 	}
 }
@@ -303,8 +295,18 @@ func overloadWindows(d time.Duration) [][2]time.Duration {
 	return [][2]time.Duration{{d / 10, 4 * d / 10}, {d * 775 / 1000, d}}
 }
 
-func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.Context, time.Duration) error, index int, rung string) (Run, slowMeasures, error) {
+func runSlowRung(ctx context.Context, o *Options, b backend, index int, rung string) (Run, slowMeasures, error) {
 	d := slowDuration(o)
+	var query func(context.Context, time.Duration) error
+	if o.PostgresDSN != "" {
+		// Closed after the caches, when no load is left to use it.
+		pool, err := openSlowPostgres(ctx, o, rung)
+		if err != nil {
+			return Run{}, slowMeasures{}, err
+		}
+		defer pool.Close()
+		query = slowQuery(pool, rung, max(o.Capacity, 1))
+	}
 	db := &slowDB{
 		lat: o.Latency, capacity: max(o.Capacity, 1), query: query,
 		slowFrom: 4 * d / 10, slowTo: 7 * d / 10,
