@@ -96,7 +96,7 @@ func newLabFlagSet(f *labFlags) *flag.FlagSet {
 	fs.BoolVar(&f.spawnRedis, "spawn-redis", false, "start a local redis-server as the remote tier; node-kill kills it with SIGKILL and restarts it")
 	fs.StringVar(&f.postgres, "origin-postgres", "", "make each backing-store call SELECT pg_sleep(drawn latency) on this loopback PostgreSQL `dsn`")
 	fs.StringVar(&f.out, "out", "", "write results.json, results.csv, checks.csv and report.html to `dir` (created if need be, checked before the runs)")
-	fs.BoolVar(&f.quick, "quick", false, "a short suite (every scenario and layer, 40ms recomputes, 600ms runs): under 30 seconds")
+	fs.BoolVar(&f.quick, "quick", false, "a short suite (every scenario and layer, 40ms recomputes, 600ms runs): under 30 seconds; slow-origin, when named, at 8× those timings (about 20 seconds)")
 	fs.StringVar(&f.preset, "preset", "", "run a preset that checks the stampede formula: "+strings.Join(lab.Presets, " or "))
 	fs.BoolVar(&f.check, "check", false, "check every layer's promises; exit 1 if one is missed or judged nothing")
 	fs.BoolVar(&f.list, "list", false, "list scenarios, layers and presets, and exit")
@@ -308,6 +308,9 @@ func labOptions(fs *flag.FlagSet, f *labFlags, stderr io.Writer) (lab.Options, e
 	}
 	if set["seed"] {
 		o.Seed = f.seed
+	}
+	if set["latency"] || set["ttl"] || set["client-timeout"] {
+		o.SlowScale = 0 // slow-origin runs at the timings given
 	}
 	o.ClosedLoop = f.closedLoop
 	o.RedisAddr = f.redis

@@ -127,7 +127,8 @@ func TestHelp(t *testing.T) {
 }
 
 // TestOptions checks how flags resolve: a preset or --quick sets the base,
-// explicit flags override it, and --redis drops node-kill from the default
+// explicit flags override it (a timing given runs slow-origin unscaled),
+// and --redis drops node-kill from the default
 // scenarios with a note.
 func TestOptions(t *testing.T) {
 	resolve := func(args ...string) (lab.Options, string) {
@@ -150,8 +151,11 @@ func TestOptions(t *testing.T) {
 	}
 	o, _ = resolve("--quick", "--replicas", "5", "--closed-loop", "--check")
 	q := lab.Quick()
-	if o.Replicas != 5 || o.TTL != q.TTL || o.Duration != q.Duration || !o.ClosedLoop || !o.Check {
+	if o.Replicas != 5 || o.TTL != q.TTL || o.Duration != q.Duration || !o.ClosedLoop || !o.Check || o.SlowScale != q.SlowScale {
 		t.Errorf("--quick --replicas 5: %+v", o)
+	}
+	if o, _ = resolve("--quick", "--ttl", "300ms"); o.SlowScale != 0 {
+		t.Errorf("--quick --ttl 300ms: slow-origin's scale %g, want 0: the timings given", o.SlowScale)
 	}
 	o, notes := resolve("--redis", "127.0.0.1:6379")
 	if slices.Contains(o.Scenarios, "node-kill") || !strings.Contains(notes, "node-kill skipped") {

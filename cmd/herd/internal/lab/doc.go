@@ -68,6 +68,22 @@
 // every load they count follows the flush or the start.
 // Keys have Zipf(1.1) popularity, key 0 the hottest.
 //
+// slow-origin (run only when named): a database whose calls last
+// ×(n/capacity)² longer with n calls in it past its capacity, 5× slower in
+// the middle 30% of the run, under a hot key and Low-priority cold-key
+// misses at twice what it serves; three rungs (a static limit at the
+// default, one tuned to the capacity, an adaptive one). Over the simulated
+// database the rungs run side by side, each with a database of its own;
+// over PostgreSQL one after the other, each through a pool of its own
+// whose application_name its query counts in pg_stat_activity for n, and
+// with statement_timeout at the load timeout, so no backend outlives its
+// run. Its checks judge the adaptive rung: mean in-flight calls while
+// overloaded near the capacity, the database's p99 within 2.5× the
+// healthy p99, and a share of requests answered in time at least the best
+// static rung's less two standard errors of the difference, the error
+// measured from the spread of that difference over 30 slices of the run.
+// --quick runs it at 8× the quick timings (Options.SlowScale).
+//
 // # Measures
 //
 // An expiry event of a key is a group of backing-store calls that overlap

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/observe"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The slow-origin scenario: a database whose latency grows with its
@@ -37,15 +39,14 @@ const (
 	// drive the database to its capacity drives no rung there.
 	slowInflightBand = 2.0
 	slowP99Factor    = 2.5
-	// slowGoodputShare is the share of the best static rung's goodput the
-	// adaptive rung must reach. It gives up some in the slow phase: the
-	// limit backs off when the database turns 5× slower, as it cannot tell
-	// a slower database from an overloaded one until the slowness lasts.
-	slowGoodputShare = 0.85
-	// slowShedFactor is the adaptive rung's ShedLatency, in mean healthy
-	// latencies: the slow phase's latency (5×) is above it, the healthy
-	// database's at twice its capacity is not.
-	slowShedFactor = 3
+	// slowNoiseSigmas is the goodput check's tolerance, in standard errors
+	// of the difference between two rungs' shares of requests answered in
+	// time: the adaptive rung's share must be at least the best static
+	// rung's less this many standard errors, over the same offered load.
+	// slowSlices is how many slices of the run the error is measured over
+	// (see goodputCheck).
+	slowNoiseSigmas = 2
+	slowSlices      = 30
 )
 
 // SlowRungs are the rungs of slow-origin, each a limiter per replica.
@@ -53,7 +54,7 @@ var SlowRungs = []string{"static-default", "static-tuned", "adaptive"}
 
 // slowRungOptions returns the limiter of one replica at rung, for a
 // database of capacity calls shared by replicas.
-func slowRungOptions(rung string, capacity, replicas int, queueTimeout, mean time.Duration) limiter.Options {
+func slowRungOptions(rung string, capacity, replicas int, queueTimeout time.Duration) limiter.Options {
 	var o limiter.Options
 	switch rung {
 	case "static-default":
@@ -64,7 +65,11 @@ func slowRungOptions(rung string, capacity, replicas int, queueTimeout, mean tim
 		o = limiter.DefaultOptions(32)
 		o.Reserve = 1
 		o.MinLimit = max(2, capacity/replicas/2)
-		o.ShedLatency = slowShedFactor * mean
+		// Low-priority work is shed by latency only once the store or the
+		// queue is slower than the queue timeout: what would be shed by
+		// it anyway. Shed earlier, a cold-key miss that the database could
+		// still answer in time is lost.
+		o.ShedLatency = queueTimeout
 	}
 	o.QueueTimeout = queueTimeout
 	return o
@@ -75,8 +80,9 @@ func slowRungOptions(rung string, capacity, replicas int, queueTimeout, mean tim
 // during the slow phase, ×(n/capacity)² when n exceeds the capacity: past
 // its capacity the calls contend, and the database serves fewer calls per
 // second the more it is given (capacity²/n per mean latency). With
-// query set the call runs it with that duration (pg_sleep) instead of
-// sleeping.
+// query set the call runs it instead of sleeping, with the duration before
+// the contention factor, which the query applies from the database's own
+// count of its active calls (see slowQuery).
 type slowDB struct {
 	lat              Latency
 	capacity         int
@@ -108,7 +114,7 @@ func (db *slowDB) call(ctx context.Context) error {
 	if now >= db.slowFrom && now < db.slowTo {
 		d *= slowFactor
 	}
-	if n > db.capacity {
+	if n > db.capacity && db.query == nil {
 		f := float64(n) / float64(db.capacity)
 		d = time.Duration(float64(d) * f * f)
 	}
@@ -151,6 +157,8 @@ func (s *staleCount) RecordGet(r observe.GetResult) {
 type slowMeasures struct {
 	rung          string
 	goodput       float64 // requests answered within their timeout, per second
+	offered, good int     // requests made, and answered within their timeout
+	goodBy        []int   // requests answered within their timeout, by the slice of the run they started in
 	inflight      float64 // time-weighted mean database in-flight calls while overloaded and healthy
 	p99           time.Duration
 	overloadCalls int64
@@ -158,18 +166,39 @@ type slowMeasures struct {
 }
 
 // runSlowOrigin runs slow-origin under every rung and returns its runs and,
-// with o.Check, its checks.
-func runSlowOrigin(ctx context.Context, o *Options, b backend, query func(context.Context, time.Duration) error, index int) ([]Run, []Check, error) {
-	var runs []Run
-	var ms []slowMeasures
-	var calm []time.Duration
-	for i, rung := range SlowRungs {
-		r, m, err := runSlowRung(ctx, o, b, query, index+i, rung)
-		if err != nil {
-			return runs, nil, fmt.Errorf("lab: %s/%s: %w", slowScenario, rung, err)
+// with o.Check, its checks. Over the simulated database the rungs run side
+// by side, each with a database of its own, so that a busy machine delays
+// them alike; over PostgreSQL, whose backends they would share, one after
+// the other.
+func runSlowOrigin(ctx context.Context, o *Options, b backend, index int) ([]Run, []Check, error) {
+	o = slowScaled(o)
+	runs := make([]Run, len(SlowRungs))
+	ms := make([]slowMeasures, len(SlowRungs))
+	errs := make([]error, len(SlowRungs))
+	one := func(i int) {
+		runs[i], ms[i], errs[i] = runSlowRung(ctx, o, b, index+i, SlowRungs[i])
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("lab: %s/%s: %w", slowScenario, SlowRungs[i], errs[i])
 		}
-		runs = append(runs, r)
-		ms = append(ms, m)
+	}
+	if o.PostgresDSN == "" {
+		var wg sync.WaitGroup
+		for i := range SlowRungs {
+			wg.Go(func() { one(i) })
+		}
+		wg.Wait()
+	} else {
+		for i := range SlowRungs {
+			if one(i); errs[i] != nil {
+				break
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return slices.DeleteFunc(runs, func(r Run) bool { return r.Scenario == "" }), nil, err
+	}
+	var calm []time.Duration
+	for _, m := range ms {
 		calm = append(calm, m.calm...)
 	}
 	// The healthy p99 is the latency distribution's, or, when this machine
@@ -184,6 +213,63 @@ func runSlowOrigin(ctx context.Context, o *Options, b backend, query func(contex
 		return runs, nil, nil
 	}
 	return runs, slowChecks(o, ms, healthy), nil
+}
+
+// slowPoolMax is the most connections slow-origin opens to PostgreSQL (each
+// a backend), well below PostgreSQL's default max_connections of 100, so
+// that the suite's own pool fits beside it.
+const slowPoolMax = 64
+
+// slowApp is the application_name of a rung's connections: a query counts
+// the active backends of its rung's name, and no other's, not even those
+// of a rung before it that PostgreSQL has not yet ended.
+func slowApp(rung string) string { return "herd lab slow-origin " + rung }
+
+// openSlowPostgres opens slow-origin's pool: a connection for every slot
+// the rungs may hold at once (32 per replica), at most slowPoolMax, so that
+// a rung that lets more calls in than the database's capacity finds the
+// database slower rather than the pool's queue. Every statement ends
+// server-side after the cache's load timeout, so that no backend outlives
+// the call that was waiting for it.
+func openSlowPostgres(ctx context.Context, o *Options, rung string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(o.PostgresDSN)
+	if err != nil {
+		return nil, fmt.Errorf("lab: --origin-postgres: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = slowApp(rung)
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(slowLoadTimeout(o).Milliseconds(), 10)
+	return openPool(ctx, cfg, min(32*o.Replicas, slowPoolMax))
+}
+
+// slowLoadTimeout bounds each load of slow-origin.
+func slowLoadTimeout(o *Options) time.Duration { return 4 * o.ClientTimeout }
+
+// slowQuery returns slow-origin's PostgreSQL call: pg_sleep of the drawn
+// latency (×slowFactor in the slow phase) ×(n/capacity)² when n, the
+// active backends of the rung's slowApp counted by the query itself in
+// pg_stat_activity, exceeds capacity: the slowing with concurrency is the
+// database's own count, not the lab's.
+func slowQuery(pool *pgxpool.Pool, rung string, capacity int) func(context.Context, time.Duration) error {
+	const q = `SELECT pg_sleep($1::float8 * power(greatest(1.0,
+		(SELECT count(*) FROM pg_stat_activity WHERE application_name = $2 AND state = 'active')::float8 / $3), 2))`
+	return func(ctx context.Context, d time.Duration) error {
+		_, err := pool.Exec(ctx, q, d.Seconds(), slowApp(rung), float64(capacity))
+		return err
+	}
+}
+
+// slowScaled returns o with its latency, TTL and client timeout multiplied
+// by o.SlowScale.
+func slowScaled(o *Options) *Options {
+	if o.SlowScale == 0 || o.SlowScale == 1 {
+		return o
+	}
+	so := *o
+	f := so.SlowScale
+	scale := func(d time.Duration) time.Duration { return time.Duration(f * float64(d)) }
+	so.Latency.A, so.Latency.B = scale(o.Latency.A), scale(o.Latency.B)
+	so.TTL, so.ClientTimeout = scale(o.TTL), scale(o.ClientTimeout)
+	return &so
 }
 
 // healthyP99 is the p99 of the healthy database's latency at or below its
@@ -210,8 +296,18 @@ func overloadWindows(d time.Duration) [][2]time.Duration {
 	return [][2]time.Duration{{d / 10, 4 * d / 10}, {d * 775 / 1000, d}}
 }
 
-func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.Context, time.Duration) error, index int, rung string) (Run, slowMeasures, error) {
+func runSlowRung(ctx context.Context, o *Options, b backend, index int, rung string) (Run, slowMeasures, error) {
 	d := slowDuration(o)
+	var query func(context.Context, time.Duration) error
+	if o.PostgresDSN != "" {
+		// Closed after the caches, when no load is left to use it.
+		pool, err := openSlowPostgres(ctx, o, rung)
+		if err != nil {
+			return Run{}, slowMeasures{}, err
+		}
+		defer pool.Close()
+		query = slowQuery(pool, rung, max(o.Capacity, 1))
+	}
 	db := &slowDB{
 		lat: o.Latency, capacity: max(o.Capacity, 1), query: query,
 		slowFrom: 4 * d / 10, slowTo: 7 * d / 10,
@@ -238,7 +334,7 @@ func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.
 		if cl != nil {
 			defer cl.Close()
 		}
-		lim, err := limiter.New(slowRungOptions(rung, db.capacity, o.Replicas, o.ClientTimeout/2, o.Latency.Mean()))
+		lim, err := limiter.New(slowRungOptions(rung, db.capacity, o.Replicas, o.ClientTimeout/2))
 		if err != nil {
 			return Run{}, slowMeasures{}, err
 		}
@@ -249,7 +345,7 @@ func runSlowRung(ctx context.Context, o *Options, b backend, query func(context.
 			MaxEntries:  1 << 16,
 			SoftTTL:     o.TTL,
 			HardTTL:     3 * o.TTL,
-			LoadTimeout: 4 * o.ClientTimeout,
+			LoadTimeout: slowLoadTimeout(o),
 			Store:       st,
 			Lease:       ls,
 			LeaseTTL:    max(200*time.Millisecond, 4*o.Latency.Mean()),
@@ -327,10 +423,12 @@ func slowMeasure(rung string, d time.Duration, capacity int, calls []dbCall, req
 	r := Run{Scenario: slowScenario, Layer: rung, Requests: int64(len(reqs)), OriginCalls: int64(len(calls)), Extra: map[string]float64{}}
 	var lat []time.Duration
 	good := 0
+	goodBy := make([]int, slowSlices)
 	for _, q := range reqs {
 		switch {
 		case q.err == nil:
 			good++
+			goodBy[min(slowSlices-1, max(0, int(q.start*slowSlices/d)))]++
 			lat = append(lat, q.end-q.start)
 		case errors.Is(q.err, herd.ErrOverloaded):
 		default:
@@ -379,6 +477,9 @@ func slowMeasure(rung string, d time.Duration, capacity int, calls []dbCall, req
 	m := slowMeasures{
 		rung:          rung,
 		goodput:       float64(good) / d.Seconds(),
+		offered:       len(reqs),
+		good:          good,
+		goodBy:        goodBy,
 		inflight:      busy / span,
 		p99:           quantile(over, 0.99),
 		overloadCalls: int64(len(over)),
@@ -395,7 +496,7 @@ func slowMeasure(rung string, d time.Duration, capacity int, calls []dbCall, req
 // slowChecks judges the adaptive rung against the static ones.
 func slowChecks(o *Options, ms []slowMeasures, healthy time.Duration) []Check {
 	var adaptive, tuned slowMeasures
-	best, bestRung := -1.0, ""
+	var bestM slowMeasures
 	for _, m := range ms {
 		switch {
 		case m.rung == "adaptive":
@@ -404,8 +505,8 @@ func slowChecks(o *Options, ms []slowMeasures, healthy time.Duration) []Check {
 		case m.rung == "static-tuned":
 			tuned = m
 		}
-		if m.goodput > best {
-			best, bestRung = m.goodput, m.rung
+		if m.offered > 0 && (bestM.offered == 0 || m.share() > bestM.share()) {
+			bestM = m
 		}
 	}
 	capacity := float64(max(o.Capacity, 1))
@@ -424,12 +525,59 @@ func slowChecks(o *Options, ms []slowMeasures, healthy time.Duration) []Check {
 		Measured:     adaptive.p99.Round(time.Millisecond).String(),
 		Observations: adaptive.overloadCalls, Observed: "database calls while overloaded",
 		OK: adaptive.overloadCalls > 0 && float64(adaptive.p99) <= slowP99Factor*float64(healthy),
-	}, {
+	}, goodputCheck(adaptive, bestM)}
+}
+
+// share is the share of the rung's requests answered within their timeout.
+func (m slowMeasures) share() float64 {
+	if m.offered == 0 {
+		return 0
+	}
+	return float64(m.good) / float64(m.offered)
+}
+
+// goodputCheck judges the adaptive rung's goodput against the best static
+// rung's over the same offered load (the rungs draw the same arrivals):
+// its share of requests answered within their timeout must be at least
+// best's less slowNoiseSigmas standard errors of the difference. The
+// requests of one instant succeed or fail together (a hot key's miss, a
+// stall of the machine), so the error is not a count's: the run is cut in
+// slowSlices slices, and the difference of the two rungs' answered
+// requests, slice by slice, varies by s; the total's standard error is
+// √slowSlices·s. A rung that loses throughout, or in a third of the run,
+// loses more than that.
+func goodputCheck(adaptive, best slowMeasures) Check {
+	var diffs []float64
+	for i := range min(len(adaptive.goodBy), len(best.goodBy)) {
+		diffs = append(diffs, float64(adaptive.goodBy[i]-best.goodBy[i]))
+	}
+	n := float64(max(1, best.offered))
+	se := math.Sqrt(float64(len(diffs))) * stddev(diffs) / n
+	floor := best.share() - slowNoiseSigmas*se
+	return Check{
 		Scenario: slowScenario, Layer: "adaptive",
-		Promise: fmt.Sprintf("goodput at least %.0f%% of the best static rung's (%s, %.0f/s)",
-			100*slowGoodputShare, bestRung, best),
-		Measured:     fmt.Sprintf("%.0f/s", adaptive.goodput),
-		Observations: adaptive.overloadCalls, Observed: "database calls while overloaded",
-		OK: adaptive.overloadCalls > 0 && adaptive.goodput >= slowGoodputShare*best,
-	}}
+		Promise: fmt.Sprintf("goodput at least the best static rung's (%s: %.0f/s, %.1f%% of %d requests answered in time), "+
+			"less %d standard errors of the difference over %d slices of the run (%.1f points): at least %.1f%%",
+			best.rung, best.goodput, 100*best.share(), best.offered, slowNoiseSigmas, len(diffs), 100*se, 100*floor),
+		Measured:     fmt.Sprintf("%.0f/s, %.1f%% of %d", adaptive.goodput, 100*adaptive.share(), adaptive.offered),
+		Observations: int64(adaptive.offered), Observed: "requests",
+		OK: adaptive.overloadCalls > 0 && best.offered > 0 && len(diffs) > 1 && adaptive.share() >= floor,
+	}
+}
+
+// stddev is the sample standard deviation of xs; zero for fewer than two.
+func stddev(xs []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	mean := 0.0
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	ss := 0.0
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(ss / float64(len(xs)-1))
 }

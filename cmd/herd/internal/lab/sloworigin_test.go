@@ -42,3 +42,40 @@ func TestSlowOrigin(t *testing.T) {
 		}
 	})
 }
+
+// TestGoodputCheck judges made-up rungs: one that answers as many requests
+// as the best static rung, give or take the slices' noise, passes; one that
+// loses a fifth of its answers in a third of the run (a limit that backs
+// off through the slow phase) fails, and so does one that loses 3% in
+// every slice.
+func TestGoodputCheck(t *testing.T) {
+	rung := func(name string, good func(i int) int) slowMeasures {
+		m := slowMeasures{rung: name, overloadCalls: 1, goodBy: make([]int, slowSlices)}
+		for i := range slowSlices {
+			m.goodBy[i] = good(i)
+			m.good += m.goodBy[i]
+			m.offered += 400
+		}
+		return m
+	}
+	best := rung("static-tuned", func(i int) int { return 300 + []int{-6, 0, 6}[i%3] })
+	for _, c := range []struct {
+		name string
+		good func(i int) int
+		ok   bool
+	}{
+		{"same, other noise", func(i int) int { return 300 + []int{3, -6, 3}[i%3] }, true},
+		{"lost in the slow phase", func(i int) int {
+			if i >= 12 && i < 21 {
+				return 240
+			}
+			return 300
+		}, false},
+		{"3% lower throughout", func(int) int { return 291 }, false},
+	} {
+		got := goodputCheck(rung("adaptive", c.good), best)
+		if got.OK != c.ok {
+			t.Errorf("%s: OK %v, want %v: %s (measured %s)", c.name, got.OK, c.ok, got.Promise, got.Measured)
+		}
+	}
+}

@@ -93,8 +93,13 @@ func RunSuite(ctx context.Context, o Options) (*Suite, error) {
 		if o.Progress != nil {
 			o.Progress(Step{Done: len(plans), Total: total, Name: slowScenario})
 		}
+		if o.SlowScale != 0 && o.SlowScale != 1 {
+			so := slowScaled(&o)
+			fmt.Fprintf(notes, "lab: %s runs at %g× the suite's timings: latency %s, TTL %v, client timeout %v\n",
+				slowScenario, o.SlowScale, so.Latency, so.TTL, so.ClientTimeout)
+		}
 		began := time.Now()
-		runs, checks, err := runSlowOrigin(ctx, &o, b, query, len(plans))
+		runs, checks, err := runSlowOrigin(ctx, &o, b, len(plans))
 		s.Runs = append(s.Runs, runs...)
 		s.Checks = append(s.Checks, checks...)
 		if err != nil {
@@ -195,10 +200,17 @@ func openPostgres(ctx context.Context, dsn string, capacity int) (*pgxpool.Pool,
 	if size <= 0 {
 		size = defaultPoolSize
 	}
+	pool, err := openPool(ctx, cfg, size)
+	return pool, size, err
+}
+
+// openPool connects a pool of size connections of cfg, all opened before
+// it returns.
+func openPool(ctx context.Context, cfg *pgxpool.Config, size int) (*pgxpool.Pool, error) {
 	cfg.MaxConns = int32(size)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, 0, fmt.Errorf("lab: --origin-postgres: %w", err)
+		return nil, fmt.Errorf("lab: --origin-postgres: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -213,9 +225,9 @@ func openPostgres(ctx context.Context, dsn string, capacity int) (*pgxpool.Pool,
 		c, err := pool.Acquire(pctx)
 		if err != nil {
 			pool.Close()
-			return nil, 0, fmt.Errorf("lab: --origin-postgres: %w", err)
+			return nil, fmt.Errorf("lab: --origin-postgres: %w", err)
 		}
 		conns = append(conns, c)
 	}
-	return pool, size, nil
+	return pool, nil
 }
