@@ -335,6 +335,15 @@ type Remote struct {
 	// Wait; listen reads it until Close closes it, then closes listening.
 	pubsub    *redis.PubSub
 	listening chan struct{}
+	// stopListen ends listen's pauses; Close calls it.
+	stopListen context.CancelFunc
+
+	// cluster is Client when it is a *redis.ClusterClient, else nil; its
+	// slot map is reloaded at most once per reloadEvery (see reload), at
+	// reloadedAt, the time since born.
+	cluster    *redis.ClusterClient
+	born       time.Time
+	reloadedAt atomic.Int64
 
 	// closed is set by Close, under mu, before it wakes the Wait-ers.
 	closed atomic.Bool
@@ -438,13 +447,17 @@ func New(o Options) (*Remote, error) {
 		listening:   make(chan struct{}),
 		ready:       make(chan struct{}),
 		subs:        make(map[*notify.Subscription]struct{}),
+		born:        time.Now(),
 	}
+	r.cluster, _ = o.Client.(*redis.ClusterClient)
 	r.valueBytes.Store(int64(max(batchBytes/batchKeys, 1)))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// A failed SUBSCRIBE is retried by the PubSub's own reconnection loop.
 	r.pubsub = o.Client.Subscribe(ctx, r.channel)
-	go r.listen(r.pubsub.ChannelWithSubscriptions(redis.WithChannelSize(subscribeQueue)))
+	listenCtx, stopListen := context.WithCancel(context.Background())
+	r.stopListen = stopListen
+	go r.listen(listenCtx)
 	select {
 	case <-r.ready:
 	case <-ctx.Done():
@@ -538,7 +551,7 @@ func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
 	case errors.Is(err, redis.Nil):
 		return nil, nil
 	case err != nil:
-		return nil, fail("load", key, err)
+		return nil, r.fail("load", key, err)
 	}
 	return b, nil
 }
@@ -565,7 +578,7 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 	wrote, err := writeScript.Run(ctx, r.client, []string{n.Value, n.Fence},
 		strconv.FormatUint(fence, 10), ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
 	if err != nil {
-		return false, fail("write", key, err)
+		return false, r.fail("write", key, err)
 	}
 	return wrote == 1, nil
 }
@@ -597,7 +610,7 @@ func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence
 	res, err := writeReleaseScript.Run(ctx, r.client, []string{n.Value, n.Fence, n.Lease},
 		strconv.FormatUint(fence, 10), ms, env, r.channel, key, token, r.id, r.fenceTTL(ms)).Result()
 	if err != nil {
-		return false, fail("write-release", key, err)
+		return false, r.fail("write-release", key, err)
 	}
 	r.mu.Lock()
 	r.wake(key)
@@ -627,7 +640,7 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	defer cancel()
 	fence, err := r.change(ctx, setScript, []string{n.Value, n.Fence}, ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
 	if err != nil {
-		return 0, fail("set", key, err)
+		return 0, r.fail("set", key, err)
 	}
 	return uint64(fence), nil
 }
@@ -645,7 +658,7 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
 	if err := r.change(ctx, invalidateScript, []string{n.Value, n.Fence}, r.channel, key, r.fenceTTL(0)).Err(); err != nil {
-		return fail("invalidate", key, err)
+		return r.fail("invalidate", key, err)
 	}
 	return nil
 }
@@ -672,7 +685,7 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	defer cancel()
 	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms)).Slice()
 	if err != nil {
-		return herd.Grant{}, fail("acquire", key, err)
+		return herd.Grant{}, r.fail("acquire", key, err)
 	}
 	g, _, ok := grant(res, token)
 	if !ok {
@@ -732,7 +745,7 @@ func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	defer cancel()
 	ok, err := extendScript.Run(ctx, r.client, []string{n.Lease, n.Fence}, token, ms, r.fenceTTL(ms)).Int64()
 	if err != nil {
-		return false, fail("extend", key, err)
+		return false, r.fail("extend", key, err)
 	}
 	return ok == 1, nil
 }
@@ -751,7 +764,7 @@ func (r *Remote) Release(ctx context.Context, key, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.channel, r.id, key).Err(); err != nil {
-		return fail("release", key, err)
+		return r.fail("release", key, err)
 	}
 	r.mu.Lock()
 	r.wake(key)
@@ -852,27 +865,13 @@ func (r *Remote) Close() error {
 	for s := range subs {
 		s.Stop()
 	}
+	r.stopListen()
 	err := r.pubsub.Close()
 	<-r.listening
 	if err != nil {
 		return fmt.Errorf("redisstore: close: %w", err)
 	}
 	return nil
-}
-
-// listen hands the subscription's messages on until the PubSub is closed.
-func (r *Remote) listen(ch <-chan any) {
-	defer close(r.listening)
-	for m := range ch {
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				r.subscribed()
-			}
-		case *redis.Message:
-			r.dispatch(m.Payload)
-		}
-	}
 }
 
 // subscribed handles a confirmation of the subscription. Every one but the
@@ -1037,7 +1036,10 @@ func millis(op, key string, ttl time.Duration) (int64, error) {
 // fence), WRONGTYPE (a key of herd's overwritten by another type) and a
 // script that failed on the key's bytes. Transport errors, timeouts and
 // server-wide replies (LOADING, READONLY, CLUSTERDOWN, OOM, …) do count.
-func fail(op, key string, err error) error {
+// On a Cluster, an error that may mean the slot map is out of date has it
+// reloaded (see reload).
+func (r *Remote) fail(op, key string, err error) error {
+	r.reload(err)
 	var reply redis.Error
 	if errors.As(err, &reply) {
 		msg := reply.Error()
