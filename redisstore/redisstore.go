@@ -591,7 +591,7 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	wrote, err := writeScript.Run(ctx, r.client, []string{n.Value, n.Fence},
+	wrote, err := r.run(ctx, writeScript, []string{n.Value, n.Fence},
 		strconv.FormatUint(fence, 10), ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
 	if err != nil {
 		return false, r.fail("write", key, err)
@@ -625,6 +625,16 @@ func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence
 	defer cancel()
 	res, err := writeReleaseScript.Run(ctx, r.client, []string{n.Value, n.Fence, n.Lease},
 		strconv.FormatUint(fence, 10), ms, env, r.channel, key, token, r.id, r.fenceTTL(ms)).Result()
+	if tryAgain(err) { // the key's slot is migrating
+		wrote, err := r.writeReleaseSplit(ctx, n, key, env, fence, ms, token)
+		r.mu.Lock()
+		r.wake(key)
+		r.mu.Unlock()
+		if err != nil {
+			return wrote, r.fail("write-release", key, err)
+		}
+		return wrote, nil
+	}
 	if err != nil {
 		return false, r.fail("write-release", key, err)
 	}
@@ -700,6 +710,13 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms)).Slice()
+	if tryAgain(err) { // the key's slot is migrating
+		g, err := r.acquireSplit(ctx, n, key, token, ms, afterMs)
+		if err != nil {
+			return herd.Grant{}, r.fail("acquire", key, err)
+		}
+		return g, nil
+	}
 	if err != nil {
 		return herd.Grant{}, r.fail("acquire", key, err)
 	}
@@ -759,7 +776,7 @@ func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	ok, err := extendScript.Run(ctx, r.client, []string{n.Lease, n.Fence}, token, ms, r.fenceTTL(ms)).Int64()
+	ok, err := r.run(ctx, extendScript, []string{n.Lease, n.Fence}, token, ms, r.fenceTTL(ms)).Int64()
 	if err != nil {
 		return false, r.fail("extend", key, err)
 	}
