@@ -156,10 +156,12 @@ func tryAgain(err error) bool {
 // run runs s as s.Run does, and when Redis answers TRYAGAIN (go-redis
 // having followed ASK and retried already), runs it again, up to
 // migratingTries times in all, after pauses that double from
-// migratingPause, while ctx lasts; a TRYAGAIN that persists is returned
-// wrapped with ErrSlotMigrating and herd.ErrRejected.
+// migratingPause, while ctx lasts; a TRYAGAIN that persists, or the end of
+// ctx after one, is returned wrapped with ErrSlotMigrating and
+// herd.ErrRejected.
 func (r *Remote) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	cmd := s.Run(ctx, r.client, keys, args...)
+	migrating := tryAgain(cmd.Err())
 	pause := migratingPause
 	for try := 1; try < migratingTries && tryAgain(cmd.Err()); try++ {
 		if !sleep(ctx, pause) {
@@ -168,8 +170,8 @@ func (r *Remote) run(ctx context.Context, s *redis.Script, keys []string, args .
 		pause *= 2
 		cmd = s.Run(ctx, r.client, keys, args...)
 	}
-	if tryAgain(cmd.Err()) {
-		cmd.SetErr(fmt.Errorf("%w: %w: %w", ErrSlotMigrating, herd.ErrRejected, cmd.Err()))
+	if err := cmd.Err(); migrating && err != nil && (tryAgain(err) || ctx.Err() != nil) {
+		cmd.SetErr(fmt.Errorf("%w: %w: %w", ErrSlotMigrating, herd.ErrRejected, err))
 	}
 	return cmd
 }
