@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -118,5 +120,38 @@ func TestSlotMigratingBoundedRetries(t *testing.T) {
 	}
 	if _, err := r.Set(ctx, key, fresh("c"), time.Hour); err != nil {
 		t.Fatalf("Set once the slot has moved: %v", err)
+	}
+}
+
+// reply is an error reply from Redis.
+type reply string
+
+func (e reply) Error() string { return string(e) }
+func (reply) RedisError()     {}
+
+func TestStaleMap(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{redis.Nil, false},
+		{context.Canceled, false},
+		{redis.ErrClosed, false},
+		{context.DeadlineExceeded, true},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
+		{io.EOF, true},
+		{reply("MOVED 3999 127.0.0.1:6381"), true},
+		{reply("ASK 3999 127.0.0.1:6381"), true},
+		{reply("CLUSTERDOWN The cluster is down"), true},
+		{reply("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{reply("READONLY You can't write against a read only replica."), true},
+		{reply("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{reply("NOSCRIPT No matching script."), false},
+		{fmt.Errorf("set: %w", reply("MOVED 1 127.0.0.1:1")), true},
+	} {
+		if got := staleMap(c.err); got != c.want {
+			t.Errorf("staleMap(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -154,6 +154,29 @@
 // slot under the reads of four caches: the calls stop failing about 0.4 s
 // after the promotion, and notices come back in about 0.5 s.
 //
+// While a slot migrates (CLUSTER SETSLOT MIGRATING on its master,
+// IMPORTING on the target, then MIGRATE of its keys), Redis runs a
+// command on several keys of the slot only on a node that holds them all,
+// and answers TRYAGAIN otherwise; go-redis follows the ASK to the target
+// and retries TRYAGAIN three times. A key's lease key is absent while no
+// load runs, so its three-key scripts would fail for the whole migration.
+// Acquire and WriteRelease then fall back to one-key steps, each sent to
+// the node that holds its key (the target, once the source no longer
+// does): Acquire reads a fresh value, else takes the lease with SET NX PX
+// or reports the holder's, then advances the fence; WriteRelease reads
+// the fence key, stores the value unless the stored one carries a newer
+// fence, and releases. The fleet's acquisitions meet on one lease key, so
+// the migration keeps one load per key per expiry (tested with four
+// caches through MIGRATING, MIGRATE and SETSLOT NODE). The steps are not
+// atomic together: an Invalidate that lands between the fence read and the
+// store of a write-back can be undone by it, until the value's TTL. Other
+// scripts (Write, Extend, and without AckReplicas Set, Invalidate and
+// MarkStale) run again after
+// TRYAGAIN, up to five times in all with pauses doubling from 10 ms,
+// within Timeout, and then fail with an error wrapping [ErrSlotMigrating]
+// and [herd.ErrRejected], which the cache's breaker does not count. Batch
+// calls do not fall back: their entries on a migrating slot fail.
+//
 // Readiness. New does not fail when Redis cannot be reached: it waits up
 // to Timeout for the subscription and returns a Remote whose calls fail
 // until Redis answers. Ping is the readiness check (every master of a
