@@ -61,7 +61,7 @@ func checkAck(o Options, timeout time.Duration) (time.Duration, error) {
 // deadline must leave room for AckTimeout.
 func (r *Remote) change(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if r.ackReplicas == 0 {
-		return s.Run(ctx, r.client, keys, args...)
+		return r.run(ctx, s, keys, args...)
 	}
 	var node redis.Cmdable = r.client
 	if cc, ok := r.client.(*redis.ClusterClient); ok {

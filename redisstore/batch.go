@@ -79,7 +79,7 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 			switch {
 			case errors.Is(err, redis.Nil):
 			case err != nil:
-				out[i].Err = fail("load", keys[i], err)
+				out[i].Err = r.fail("load", keys[i], err)
 				late = late || timedOut(err)
 			default:
 				out[i].Value = b
@@ -140,7 +140,7 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, tt
 		key := reqs[i].Key
 		res, err := cmd.Slice()
 		if err != nil {
-			out[i].Err = fail("acquire", key, err)
+			out[i].Err = r.fail("acquire", key, err)
 			if timedOut(err) {
 				lapsed = append(lapsed, releaseRun(i, runs[j].keys[1], tokens[j]))
 			}
@@ -210,7 +210,7 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []remote.HeldKey, ttl ti
 		i := runs[j].entry
 		ok, err := cmd.Int64()
 		if err != nil {
-			out[i].Err = fail("extend", leases[i].Key, err)
+			out[i].Err = r.fail("extend", leases[i].Key, err)
 			continue
 		}
 		out[i].OK = ok == 1
@@ -274,7 +274,7 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []remote.HeldWrite
 			key := writes[i].Key
 			if span[j].script == batchReleaseScript {
 				if err := cmd.Err(); err != nil {
-					out[i].Err = fail("release", key, err)
+					out[i].Err = r.fail("release", key, err)
 					again = append(again, span[j])
 					continue
 				}
@@ -283,7 +283,7 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []remote.HeldWrite
 			}
 			res, err := cmd.Slice()
 			if err != nil {
-				out[i].Err = fail("write-release", key, err)
+				out[i].Err = r.fail("write-release", key, err)
 				again = append(again, releaseRun(i, span[j].keys[2], writes[i].Token))
 				continue
 			}

@@ -34,7 +34,7 @@ func (r *Remote) InvalidateAll(ctx context.Context) error {
 	defer cancel()
 	g, err := r.change(ctx, invalidateAllScript, []string{r.space.Generation()}, r.channel).Int64()
 	if err != nil {
-		return fail("invalidate-all", "", err)
+		return r.fail("invalidate-all", "", err)
 	}
 	r.learnGeneration(uint64(g))
 	return nil
@@ -65,7 +65,7 @@ func (r *Remote) generation(ctx context.Context, op, key string) (uint64, error)
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
-		return 0, fail(op, key, fmt.Errorf("reading the generation: %w", err))
+		return 0, r.fail(op, key, fmt.Errorf("reading the generation: %w", err))
 	default:
 		if g, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return 0, fmt.Errorf("redisstore: %s %q: the generation key %q holds %q, not a generation: %w", op, key, r.space.Generation(), s, remote.ErrRejected)

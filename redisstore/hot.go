@@ -50,7 +50,7 @@ func (r *Remote) AddHot(ctx context.Context, reads map[string]uint64, limit int,
 		}
 		last = hi == len(keys)
 		if err := r.addHot(ctx, key, keys[lo:hi], reads, last, limit, period); err != nil {
-			return fail("add hot keys", key, err)
+			return r.fail("add hot keys", key, err)
 		}
 		lo = hi
 	}
@@ -92,7 +92,7 @@ func (r *Remote) Hot(ctx context.Context, n int, period time.Duration) ([]string
 		return nil
 	})
 	if err != nil {
-		return nil, fail("read hot keys", r.hotKey(period, now), err)
+		return nil, r.fail("read hot keys", r.hotKey(period, now), err)
 	}
 	sum := map[string]float64{}
 	for _, cmd := range reads {

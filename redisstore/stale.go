@@ -25,7 +25,7 @@ func (r *Remote) MarkStale(ctx context.Context, key string) (uint64, error) {
 	fence, err := r.change(ctx, markStaleScript, []string{n.Value, n.Fence},
 		r.channel, key, r.fenceTTL(0), r.fenceMargin.Milliseconds()).Int64()
 	if err != nil {
-		return 0, fail("mark stale", key, err)
+		return 0, r.fail("mark stale", key, err)
 	}
 	return uint64(fence), nil
 }

@@ -30,7 +30,7 @@ func (r *Remote) InvalidateTag(ctx context.Context, tag string) (uint64, error) 
 	defer cancel()
 	v, err := r.change(ctx, invalidateTagScript, []string{r.space.TagName(tag)}, r.channel, tag, TagKeep.Milliseconds()).Int64()
 	if err != nil {
-		return 0, fail("invalidate-tag", tag, err)
+		return 0, r.fail("invalidate-tag", tag, err)
 	}
 	return uint64(v), nil
 }
@@ -51,7 +51,7 @@ func (r *Remote) TagVersions(ctx context.Context, tags []string) ([]uint64, erro
 	for i, cmd := range r.runMany(ctx, runs, false) {
 		v, err := cmd.Int64()
 		if err != nil {
-			return nil, fail("tag-versions", tags[i], fmt.Errorf("tag %q: %w", tags[i], err))
+			return nil, r.fail("tag-versions", tags[i], fmt.Errorf("tag %q: %w", tags[i], err))
 		}
 		out[i] = uint64(v)
 	}

@@ -12,7 +12,9 @@ import (
 // ReplicatedCluster is Cluster with a replica for each master, six
 // redis-server processes in all; it waits until each replica is in sync
 // and acknowledges its master's writes (WAIT). Replicas[i] replicates
-// Nodes[i]. The nodes are killed when the test ends.
+// Nodes[i]. Its nodes run with a cluster-node-timeout of one second, so
+// that a master that dies is replaced within a few seconds (see
+// AwaitPromotion). The nodes are killed when the test ends.
 func ReplicatedCluster(t testing.TB) *ClusterNodes {
 	t.Helper()
 	return cluster(t, true)
@@ -74,4 +76,29 @@ func masterOf(info string, masters []*Node) int {
 		}
 	}
 	return -1
+}
+
+// AwaitPromotion waits until Replicas[i] has been promoted in place of its
+// master (after Nodes[i].Kill, say): it reports role:master and
+// cluster_state:ok. It ends the test if that takes longer than
+// clusterTimeout. It returns the promoted node.
+func (c *ClusterNodes) AwaitPromotion(i int) *Node {
+	c.t.Helper()
+	r := c.Replicas[i]
+	cl := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	for {
+		info, err := cl.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "role:master") {
+			if info, err = cl.ClusterInfo(ctx).Result(); err == nil && strings.Contains(info, "cluster_state:ok") {
+				return r
+			}
+		}
+		if ctx.Err() != nil {
+			c.t.Fatalf("redistest: replica %s not promoted within %v: %v\n%s", r.Addr, clusterTimeout, err, info)
+		}
+		time.Sleep(pollEvery) // polls the replica
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,6 +35,11 @@ var clusterArgs = []string{
 	"--cluster-config-file", "nodes.conf",
 	"--cluster-node-timeout", "5000",
 }
+
+// replicatedNodeTimeout is the cluster-node-timeout of ReplicatedCluster's
+// nodes, in milliseconds: after a master stops answering for that long, its
+// replica is promoted within about another second.
+const replicatedNodeTimeout = "1000"
 
 // Node is one redis-server process listening on 127.0.0.1. Its methods must
 // be called from the test's goroutine, since they may end the test.
@@ -95,9 +101,13 @@ func cluster(t testing.TB, replicated bool) *ClusterNodes {
 	if replicated {
 		nodes = 6
 	}
+	nodeArgs := clusterArgs
+	if replicated {
+		nodeArgs = append(slices.Clone(clusterArgs), "--cluster-node-timeout", replicatedNodeTimeout) // the last one counts
+	}
 	var all []*Node
 	for range nodes {
-		all = append(all, startNode(t, &redisproc.Options{Args: clusterArgs, ClusterBus: true}))
+		all = append(all, startNode(t, &redisproc.Options{Args: nodeArgs, ClusterBus: true}))
 	}
 	c.Nodes = all[:3]
 
