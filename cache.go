@@ -32,7 +32,7 @@ type LoadFunc[V any] func(ctx context.Context) (V, error)
 // optional [remote.Lease]. Its methods are safe for concurrent use.
 type Cache[V any] struct {
 	cfg     config[V]
-	local   *otter.Cache[string, *entry[V]]
+	local   *localTier[V]
 	flights flight.Group[string, *entry[V]]
 	// reads coalesces the Store reads of a key: a burst of callers of one
 	// key makes one read per replica, not one each.
@@ -56,6 +56,10 @@ type Cache[V any] struct {
 	// (Unix ns): a missed change notice, or the breaker closing. Local entries
 	// put before it are re-read from the Store before being served as fresh.
 	trustFloor atomic.Int64
+	// liveUntil is when the last proof that no change notice was lost
+	// stops covering the local tier (Unix ns; see live.go). Zero while there is none; only the
+	// subscription's goroutine stores it.
+	liveUntil atomic.Int64
 
 	// draw, when not nil, returns the uniform number in (0, 1] that decides
 	// a value's early refresh instead of the one derived from the value
@@ -126,9 +130,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 		return nil, err
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
-	if n, ok := cfg.Store.(remote.Notifier); ok {
-		c.unsubscribe = n.Subscribe(c.noticed)
-	}
+	c.subscribe()
 	// The timers read their own fields under pins.mu: a short period may
 	// fire before New returns.
 	c.pins.mu.Lock()
@@ -167,17 +169,20 @@ func (c *Cache[V]) observe() {
 // newLocal makes the local tier. It evicts by size (or weight) only:
 // entries carry their own soft and hard expiry, checked on each read with
 // the cache's clock, so otter needs no clock of its own on the hit path.
-func newLocal[V any](cfg config[V]) (*otter.Cache[string, *entry[V]], error) {
+func newLocal[V any](cfg config[V]) (*localTier[V], error) {
 	lo := &otter.Options[string, *entry[V]]{MaximumSize: cfg.MaxEntries, Clock: noClock{}}
+	t := &localTier[V]{}
 	if w := cfg.Weigher; cfg.MaxWeight > 0 {
-		lo.MaximumWeight = cfg.MaxWeight
-		lo.Weigher = func(key string, e *entry[V]) uint32 { return w(key, e.value) }
+		t.weigh = func(key string, e *entry[V]) uint32 { return w(key, e.value) }
+		t.max, t.heavy = cfg.MaxWeight, cfg.MaxWeight/256
+		lo.MaximumWeight, lo.Weigher = cfg.MaxWeight, t.weigh
 	}
 	local, err := otter.New(lo)
 	if err != nil {
 		return nil, fmt.Errorf("herd: local tier: %w", err)
 	}
-	return local, nil
+	t.main = local
+	return t, nil
 }
 
 // breakerChanged reports the breaker opening, with the failure that
@@ -212,6 +217,7 @@ func Must[V any](c *Cache[V], err error) *Cache[V] {
 // CallOption adjusts one Get. The first caller of a coalesced load decides
 // for the load; every caller decides for what it is itself served.
 type CallOption struct {
+	accept    any // an AcceptFunc; nil: none
 	noStale   bool
 	hasPolicy bool
 	policy    LoserPolicy
@@ -238,6 +244,7 @@ func (c *Cache[V]) noStale(opts []CallOption) bool {
 }
 
 type callOpts struct {
+	accept  any // an AcceptFunc; nil: none
 	noStale bool
 	policy  LoserPolicy
 }
@@ -246,6 +253,9 @@ func (c *Cache[V]) resolve(opts []CallOption) callOpts {
 	co := callOpts{noStale: c.cfg.NoStale, policy: c.cfg.OnLeaseHeld}
 	for _, o := range opts {
 		co.noStale = co.noStale || o.noStale
+		if o.accept != nil {
+			co.accept = o.accept
+		}
 		if o.hasPolicy {
 			co.policy = o.policy
 		}
@@ -275,6 +285,9 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V], opts .
 	if c.closed.Load() {
 		var zero V
 		return zero, ErrClosed
+	}
+	if len(opts) > 0 && accepting(opts) {
+		return c.getAccepting(ctx, key, load, c.resolve(opts))
 	}
 	if e, ok := c.localGet(key); ok {
 		// The coarse clock's bound judges a value far from its expiries; one
@@ -308,7 +321,7 @@ func (c *Cache[V]) GetIfPresent(key string) (V, bool) {
 		return e.value, true
 	}
 	now := c.clk.now()
-	if now >= e.soft || !c.trusted(e, now) && (e.superseded.Load() || !c.young(e, now)) {
+	if now >= e.soft || !c.trusted(e, now) && (e.superseded.Load() || !c.young(key, e, now)) {
 		return zero, false
 	}
 	return e.value, true
@@ -362,11 +375,12 @@ func (c *Cache[V]) markRead(e *entry[V]) {
 }
 
 // trusted reports whether a local entry may be served without asking the
-// Store: there is none, the entry is within NearTTL and no notice may have
-// been missed since it was put, or the breaker is open and not yet due for a
+// Store: there is none, the entry is within NearTTL or the notice channel
+// is proven live (live.go) and no notice may have been missed since it was
+// put, or the breaker is open and not yet due for a
 // probe (a due probe goes through the flight, which the other readers join).
 func (c *Cache[V]) trusted(e *entry[V], now int64) bool {
-	return c.cfg.Store == nil || now < e.near && e.born > c.trustFloor.Load() && !e.superseded.Load() || c.brk.open() && !c.brk.probeDue()
+	return c.cfg.Store == nil || (now < e.near || c.live(now)) && e.born > c.trustFloor.Load() && !e.superseded.Load() || c.brk.open() && !c.brk.probeDue()
 }
 
 // servable reports whether a reader may be served a local entry without
@@ -378,7 +392,7 @@ func (c *Cache[V]) servable(ctx context.Context, key string, e *entry[V], now in
 	if c.trusted(e, now) {
 		return true
 	}
-	if !c.young(e, now) {
+	if !c.young(key, e, now) {
 		return false
 	}
 	c.revalidate(ctx, key, e)
@@ -386,10 +400,14 @@ func (c *Cache[V]) servable(ctx context.Context, key string, e *entry[V], now in
 }
 
 // young reports whether a local entry that is not trusted may still be
-// served while the Store is read again: it is younger than 2×NearTTL and
-// was put after the trust floor, and the breaker is closed.
-func (c *Cache[V]) young(e *entry[V], now int64) bool {
-	return c.cfg.NearTTL != 0 && now < addTime(e.near, c.cfg.NearTTL) && e.born > c.trustFloor.Load() && !c.brk.open()
+// served while the Store is read again: it was put after the trust floor,
+// the breaker is closed, and it is younger than 2×NearTTL or the live
+// channel that trusted it lapsed less than NearTTL ago (liveYoung).
+func (c *Cache[V]) young(key string, e *entry[V], now int64) bool {
+	if c.cfg.NearTTL == 0 || e.born <= c.trustFloor.Load() || c.brk.open() {
+		return false
+	}
+	return now < addTime(e.near, c.cfg.NearTTL) || c.liveYoung(key, e, now)
 }
 
 // remoteChange makes the Store call of a Set, Invalidate or MarkStale (op)
@@ -452,9 +470,16 @@ func (c *Cache[V]) noticed(n remote.Notice) {
 		c.tags.learn(n.Tag, n.Fence) // entries with the tag are refused as they are read
 		return
 	}
+	if !n.Live.IsZero() {
+		c.proved(n.Live)
+		return
+	}
 	if n.Fence == 0 {
 		if n.Dropped && c.ownClear() {
 			return // this replica's own InvalidateAll: it dropped everything already
+		}
+		if !n.Dropped {
+			c.liveUntil.Store(0) // notices were lost: no proof holds until the next
 		}
 		c.trustFloor.Store(c.clk.now())
 		c.gens.forgetAllHeld()

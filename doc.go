@@ -47,6 +47,16 @@
 //     (plus, if that copy is stale, the stale window below): past NearTTL a
 //     copy is served while one background read replaces it, and past
 //     2×NearTTL it is read again on the reader's path.
+//   - A Store that proves its notices complete ([remote.LiveNotifier], as
+//     redisstore does with Options.LivePeriod) spares that re-read: while
+//     the last proof holds (redisstore: twice its period P after it was
+//     made), copies are trusted until their soft expiry or a notice, with
+//     no read of the Store. A lost notice stops the proofs, or brings the
+//     zero Notice, so a copy is then served stale at most until the last
+//     proof ends (2P after it was made) and, while one read replaces it,
+//     NearTTL longer: at most max(2P + NearTTL, 2×NearTTL) after the
+//     change, which 2P + 2×NearTTL bounds. After a lapse the NearTTL rule
+//     above applies, counted from the end of the last proof.
 //   - Between the soft and the hard TTL a value is stale: Get returns it at
 //     once and one background refresh runs (stale-while-revalidate); if that
 //     refresh fails the stale value goes on being served until the hard TTL
@@ -76,6 +86,12 @@
 //     load began.
 //   - GetIfPresent reports only what Get would serve at once as fresh,
 //     within the same bound; it never loads, reads the Store or refreshes.
+//   - Peek reports what Get would serve without loading, fresh or stale,
+//     from the local tier or one shared read of the Store; it starts and
+//     waits for no load, refresh or lease.
+//   - A Get with [Accept] never returns a value its function refuses: it
+//     loads instead (under the lease, which a refused value does not stop),
+//     and starts no refresh of a value it takes.
 //   - With NoStale (per cache or per call) nothing stale is ever served: a
 //     stale value is a miss, and a failed load returns its error.
 //   - Errors are never cached; only [ErrNotFound] is, and only when

@@ -210,9 +210,11 @@ func (c *Cache[V]) unpublish(key string, e *entry[V]) {
 // Invalidate bump the generation of their key's stripe when they begin and
 // when they end, and a load that read an older generation writes neither
 // tier if one of the bumps since was of its key. Keys share stripes, and a
-// stripe remembers the keys of its last few bumps only: past those, an
-// unrelated change can keep a value out of the local tier, never let an
-// old one in.
+// stripe remembers the last change of up to lastKeys keys: a change of
+// another key in the stripe does not keep a load's value out, and past
+// that many keys the oldest is forgotten, after which a load that read the
+// stripe before its change counts as changed. An unrelated change can then
+// keep a value out of the tiers, never let an old one in.
 //
 // A load without a lease writes the Store unfenced, so the order of those
 // writes is kept here too: while a Set or Invalidate of key runs, no such
@@ -229,9 +231,15 @@ type generations struct {
 type genStripe struct {
 	mu sync.Mutex
 	n  uint64 // guarded by mu
-	// recent records what made the last len(recent) bumps of n: bump g
-	// is recent[g%len(recent)]; guarded by mu.
-	recent [8]bump
+	// last maps each key changed since floor to the generation of its last
+	// change, for at most lastKeys keys; guarded by mu, nil until first
+	// used.
+	last map[string]uint64
+	// floor is the generation of the last change of every key, or of the
+	// last change forgotten to keep last within lastKeys, whichever is
+	// later: a load that read the stripe before it counts as changed;
+	// guarded by mu.
+	floor uint64
 	// puts counts the entries put in the local tier by loads and reads;
 	// guarded by mu. A Store read made before a put may be out of date.
 	puts uint64
@@ -252,36 +260,41 @@ type genStripe struct {
 	refreshing map[string]struct{}
 }
 
-// bump is one bump of a stripe's generation: a change of key, or of
-// every key (all).
-type bump struct {
-	key string
-	all bool
-}
+// lastKeys is how many keys' last change a stripe remembers.
+const lastKeys = 64
 
-// bump advances the generation for a change of key, or of every key;
-// s.mu is held.
+// bump advances the generation for a change of key, or of every key (all);
+// s.mu is held. With more than lastKeys keys remembered, it forgets the
+// one changed longest ago.
 func (s *genStripe) bump(key string, all bool) {
 	s.n++
-	s.recent[s.n%uint64(len(s.recent))] = bump{key: key, all: all}
+	if all {
+		s.floor = s.n
+		clear(s.last)
+		return
+	}
+	if s.last == nil {
+		s.last = make(map[string]uint64)
+	}
+	s.last[key] = s.n
+	if len(s.last) <= lastKeys {
+		return
+	}
+	oldest, at := "", s.n
+	for k, g := range s.last {
+		if g < at {
+			oldest, at = k, g
+		}
+	}
+	delete(s.last, oldest)
+	s.floor = max(s.floor, at)
 }
 
 // changedSince reports whether key may have been changed since the stripe
-// was at gen: a bump since was of key or of every key, or is no longer
-// recorded; s.mu is held.
+// was at gen: its last change, a change of every key, or a change
+// forgotten since, came after gen; s.mu is held.
 func (s *genStripe) changedSince(key string, gen uint64) bool {
-	if s.n == gen {
-		return false
-	}
-	if s.n-gen > uint64(len(s.recent)) {
-		return true
-	}
-	for g := gen + 1; g <= s.n; g++ {
-		if b := s.recent[g%uint64(len(s.recent))]; b.all || b.key == key {
-			return true
-		}
-	}
-	return false
+	return s.n != gen && (gen < s.floor || s.last[key] > gen)
 }
 
 // startRefresh claims key's one background refresh and reports whether it

@@ -34,9 +34,11 @@ var (
 	// ErrClosed is returned by calls on a cache after Close.
 	ErrClosed = errors.New("herd: cache closed")
 
-	// ErrNoFreshValue is returned, wrapped, by a Get under NoStale that kept
-	// finding values that were stale by the time it could take them, until
-	// it ran out of its bounded attempts.
+	// ErrNoFreshValue is returned, wrapped, by a Get that kept finding
+	// values that had expired by the time it could take them (past their
+	// HardTTL, or under NoStale past their SoftTTL), until it ran out of its
+	// bounded attempts: with a HardTTL shorter than a load and its remote
+	// calls take, a Get can end so.
 	ErrNoFreshValue = errors.New("herd: no fresh value")
 
 	// ErrNoLoader is returned by Get when neither the call nor the options

@@ -21,3 +21,13 @@ func SetDraws[V any](c *Cache[V], xfetch, jitter func() float64) {
 func SetClockOffset[V any](c *Cache[V], d time.Duration) {
 	c.clk.wall += int64(d)
 }
+
+// LocalParts returns the weight c's local tier holds in otter and in its
+// list of heavy entries, after otter's pending maintenance.
+func LocalParts[V any](c *Cache[V]) (main, heavy uint64) {
+	t := c.local
+	t.main.CleanUp()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.main.WeightedSize(), t.held
+}

@@ -86,7 +86,10 @@ func (f *fillState[V]) preCurrent() bool { return f.pre.done && f.pre.puts == f.
 func (f *fillState[V]) wantsStale() bool { return f.mode == foreground && !f.preCurrent() }
 
 // staleOK reports whether this fill may settle with a stale value.
-func (f *fillState[V]) staleOK() bool { return f.mode == foreground && !f.co.noStale }
+// A miss with Accept serves only what its caller accepts.
+func (f *fillState[V]) staleOK() bool {
+	return f.mode == foreground && !f.co.noStale && f.co.accept == nil
+}
 
 // settles reports whether e, found in a tier, settles the fill: for a miss
 // a value it may serve, for a refresh a value newer than the one it
@@ -94,6 +97,9 @@ func (f *fillState[V]) staleOK() bool { return f.mode == foreground && !f.co.noS
 func (f *fillState[V]) settles(e *entry[V]) bool {
 	if f.mode == background {
 		return e != f.old && e.soft > f.old.soft
+	}
+	if f.co.accept != nil {
+		return f.accepted(e)
 	}
 	return f.now < e.soft || f.staleOK()
 }
@@ -390,7 +396,16 @@ func (f *fillState[V]) servableCandidate() *entry[V] {
 	if cand == nil || f.mode != foreground {
 		return nil
 	}
-	if now := f.c.clk.now(); now < cand.hard && (now < cand.soft || f.staleOK()) {
+	now := f.c.clk.now()
+	switch {
+	case now >= cand.hard:
+		return nil
+	case f.co.accept != nil:
+		if f.accepted(cand) {
+			return cand
+		}
+		return nil
+	case now < cand.soft || f.staleOK():
 		return cand
 	}
 	return nil
@@ -489,6 +504,10 @@ func (f *fillState[V]) settleAttempt(a attempt[V]) (*heldLease, *entry[V]) {
 	case leaseFound:
 		if !a.e.stale(f.c.clk.now()) {
 			f.c.setLocal(f.key, a.e, f.gen)
+		}
+		if f.mode == foreground && !f.accepted(a.e) {
+			f.remoteUp = false // refused by Accept: load, and keep it here
+			return nil, nil
 		}
 		return nil, a.e
 	case leaseFailed:

@@ -26,7 +26,7 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V], loaded bool)
 	for _, l := range losers {
 		f, co := l.f, l.f.co
 		switch cand := f.candidate; {
-		case cand != nil && !co.noStale && co.policy != Wait && c.clk.now() < cand.hard:
+		case cand != nil && !co.noStale && co.policy != Wait && c.clk.now() < cand.hard && f.accepted(cand):
 			l.a.giveUp()
 			b.lost(nil, f, attempt[V]{outcome: leaseFound, e: cand}, nil)
 		case co.policy == FailFast:

@@ -135,8 +135,10 @@ type Options[V any] struct {
 	// at once while one read of the Store replaces it in the background;
 	// older copies are read again on the reader's path. 2×NearTTL bounds how
 	// stale a replica can be after another replica's Set or Invalidate when
-	// a change notice is lost. With a Store, it must be set unless
-	// NoNearCache is.
+	// a change notice is lost. With a Store that proves its notices
+	// complete (remote.LiveNotifier), copies are trusted past NearTTL
+	// while the proofs hold, and NearTTL applies from when they end. With
+	// a Store, it must be set unless NoNearCache is.
 	NearTTL time.Duration
 	// NoNearCache, with a Store, makes every read go to the Store: no local
 	// copy is trusted. It exists so that turning the near-cache off is said

@@ -60,6 +60,7 @@ func (c *Cache[V]) Stats() observe.Stats {
 		EncodeErrors:        s.encodeErrors.load(),
 		WriteBackErrors:     s.writeBackErrors.load(),
 		InFlight:            c.flights.InFlight(),
+		LocalWeight:         c.local.weight(),
 	}
 }
 

@@ -86,6 +86,7 @@ func leaseRequests[V any](fs []*fillState[V]) []remote.LeaseRequest {
 		if f.old != nil {
 			after = max(after, f.old.soft) // only a value refreshed meanwhile stops it
 		}
+		after = f.leaseAfter(after)
 		reqs[i] = remote.LeaseRequest{Key: f.key, After: time.Unix(0, after)}
 	}
 	return reqs

@@ -41,8 +41,11 @@ type completion struct {
 	// wake, when not nil, is called once the completion came: a batch's
 	// wait hears of it so.
 	wake func(*completion)
-	// end takes the registration back.
-	end func()
+	// end takes the registration back; for one of many registered
+	// together, endAt(at) does.
+	end   func()
+	endAt func(int)
+	at    int
 }
 
 // fire records that the completion came, once.
@@ -65,7 +68,8 @@ func (c *Cache[V]) watch(key string, wake func(*completion)) *completion {
 }
 
 // watchAll is watch for each of keys, its registrations allocated
-// together.
+// together, and made in one call when the Lease is a
+// [remote.BatchWatcher]. keys must not change afterwards.
 func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion {
 	ws := make([]*completion, len(keys))
 	lw, ok := c.cfg.Lease.(remote.Watcher)
@@ -73,9 +77,22 @@ func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion
 		return ws
 	}
 	all := make([]completion, len(keys))
+	bw, many := lw.(remote.BatchWatcher)
 	for i, key := range keys {
 		ws[i] = &all[i]
-		ws[i].register(lw, key, wake)
+		if !many {
+			ws[i].register(lw, key, wake)
+			continue
+		}
+		all[i].wake = wake
+		all[i].refs.Store(1)
+		all[i].at = i
+	}
+	if many && len(keys) > 0 {
+		endAt := bw.WatchMany(keys, func(i int) { all[i].fire() })
+		for i := range all {
+			all[i].endAt = endAt
+		}
 	}
 	return ws
 }
@@ -101,7 +118,12 @@ func (w *completion) came() bool { return w != nil && w.fired.Load() }
 // stop ends one owner's hold of the registration, and takes it back when
 // that was the last.
 func (w *completion) stop() {
-	if w != nil && w.refs.Add(-1) == 0 {
+	if w == nil || w.refs.Add(-1) != 0 {
+		return
+	}
+	if w.endAt != nil {
+		w.endAt(w.at)
+	} else {
 		w.end()
 	}
 }
@@ -474,7 +496,7 @@ func (ws *waits[V]) ask(ctx context.Context, wts []*waiter[V]) {
 	watches := c.watchAll(keys, ws.b.wakes.wake)
 	sent := c.clk.now()
 	for i, key := range keys {
-		reqs[i] = remote.LeaseRequest{Key: key, After: time.Unix(0, sent)}
+		reqs[i] = remote.LeaseRequest{Key: key, After: time.Unix(0, wts[i].f.leaseAfter(sent))}
 	}
 	for i, got := range c.acquireMany(ctx, reqs, nil) {
 		a, err := c.answerAttempt(ctx, wts[i].f.key, got, sent, watches[i])
@@ -507,7 +529,7 @@ func (ws *waits[V]) peek(ctx context.Context, wts []*waiter[V]) {
 		switch {
 		case r.err != nil:
 			a.outcome = leaseFailed
-		case r.e != nil && now < r.e.soft:
+		case r.e != nil && wts[i].f.leaseAfter(now) < r.e.soft:
 			a.attempt = attempt[V]{outcome: leaseFound, e: r.e}
 		default:
 			a.outcome = leaseHeld

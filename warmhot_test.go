@@ -158,7 +158,9 @@ func TestShortPeriodsStartCleanly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Get(t.Context(), "k", nil); err != nil {
+		// HardTTL is SoftTTL, 1 ms: on a loaded machine the value can expire
+		// before each of the Get's attempts takes it, which it reports.
+		if _, err := c.Get(t.Context(), "k", nil); err != nil && !errors.Is(err, herd.ErrNoFreshValue) {
 			t.Fatal(err)
 		}
 		if err := c.Close(t.Context()); err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,18 +38,25 @@ type engine struct {
 	// maxBackoffKeys keys: past that, expired ones are swept out, and a
 	// key that still finds no room is not backed off.
 	backoff map[string]int64
+
+	// behind counts the revalidations running in the background
+	// (revalidateBehind), and behindKeys holds their keys, one each;
+	// close waits for them.
+	behind     sync.WaitGroup
+	behindKeys sync.Map
 }
 
 // maxBackoffKeys bounds engine.backoff, so that failures of many keys
 // never asked for again cannot grow it without end.
 const maxBackoffKeys = 10_000
 
-// minHerdSoft is the shortest soft TTL an entry is given in the herd
-// cache, however short its freshness: the cache hands a fetched entry to
-// the requests that waited for it (on every replica) only while it is
-// fresh by that TTL. A response stale before it (max-age=0, no-cache) is
-// revalidated per request meanwhile, collapsed in each process.
-const minHerdSoft = time.Second
+// minStored is the shortest time a fetched response is stored, however
+// short its freshness: the requests that waited for its fetch, on every
+// replica, are answered with it (it was received after they were made),
+// and a response no later request may reuse is kept no longer. Whether a
+// stored response may answer a request is decided by the request (see
+// acceptor), never by how long it is stored.
+const minStored = time.Second
 
 // indexTTL is how long a Vary index is kept.
 const indexTTL = time.Hour
@@ -71,6 +80,7 @@ func newEngine(origin http.RoundTripper, o *Options, errResponses bool) (*engine
 	if r, ok := cfg.Recorder.(RouteRecorder); ok {
 		c.rec = r
 	}
+	c.origin = c.watch(origin)
 	if len(cfg.Routes) > 0 {
 		c.routes = http.NewServeMux()
 		for _, p := range cfg.Routes {
@@ -111,7 +121,18 @@ func newEngine(origin http.RoundTripper, o *Options, errResponses bool) (*engine
 	return c, nil
 }
 
-func (c *engine) close(ctx context.Context) error { return c.hc.Close(ctx) }
+func (c *engine) close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		c.behind.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return c.hc.Close(ctx)
+}
 
 // request is one request's state on its way through the cache.
 type request struct {
@@ -131,11 +152,14 @@ type request struct {
 	fwd string
 	// restarts counts the lookups made again after a fetch gave an index.
 	restarts int
+	// in forwards the 1xx responses of its origin requests to its
+	// client; nil: none are.
+	in *interim
 }
 
 // roundTrip answers r from the cache or the origin.
-func (c *engine) roundTrip(r *http.Request) (*http.Response, error) {
-	q := &request{r: r, start: time.Now().UnixNano(), route: c.route(r)}
+func (c *engine) roundTrip(r *http.Request, in *interim) (*http.Response, error) {
+	q := &request{r: r, in: in, start: time.Now().UnixNano(), route: c.route(r)}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 	default:
@@ -206,14 +230,14 @@ func (c *engine) answer(q *request, e *entry) (*http.Response, error) {
 		}
 		return c.fetch(q)
 	}
-	switch c.judge(e, q, now) {
+	switch usable(e, q.rcc, now) {
 	case useFresh:
 		c.rec.RecordRoute(q.route, OutcomeHit)
-		return c.respond(q, e, nil, now, fmt.Sprintf("hit; ttl=%d", seconds(e.ttl(now)))), nil
+		return c.respond(q, e, nil, now, "hit; ttl="+strconv.FormatInt(seconds(e.ttl(now)), 10)), nil
 	case useStale:
 		c.rec.RecordRoute(q.route, OutcomeStale)
 		c.revalidateBehind(q, e)
-		return c.respond(q, e, nil, now, fmt.Sprintf("hit; ttl=%d; detail=stale-while-revalidate", seconds(e.ttl(now)))), nil
+		return c.respond(q, e, nil, now, "hit; ttl="+strconv.FormatInt(seconds(e.ttl(now)), 10)+"; detail=stale-while-revalidate"), nil
 	}
 	if q.rcc.has("only-if-cached") {
 		return c.gatewayTimeout(q, "only-if-cached")
@@ -228,12 +252,11 @@ func (c *engine) answer(q *request, e *entry) (*http.Response, error) {
 	return c.fetch(q)
 }
 
-// peek returns what the tiers hold under key, fresh or stale, without
-// fetching or refreshing anything: a Get with no load function serves
-// what it finds and starts no refresh.
+// peek returns what the tiers hold under key, without fetching,
+// refreshing or waiting for a fetch in progress; nil for nothing.
 func (c *engine) peek(ctx context.Context, key string) *entry {
-	e, err := c.hc.Get(ctx, key, nil)
-	if err != nil {
+	e, p, err := c.hc.Peek(ctx, key)
+	if err != nil || p == herd.Absent {
 		return nil
 	}
 	return e
@@ -245,67 +268,62 @@ func (c *engine) matches(e *entry, r *http.Request) bool {
 	return len(e.varyNames) == 0 || slices.Equal(e.varyValues, varyValues(r, e.varyNames))
 }
 
-// use says how a stored response may answer a request.
-type use uint8
-
-const (
-	useFresh use = iota // fresh: serve it
-	useStale            // stale within stale-while-revalidate: serve it, revalidate behind
-	useFetch            // fetch or revalidate first (stale-if-error may still serve it)
-)
-
-// judge decides how e may answer q at now (RFC 9111 §4.2, §5.2.1, RFC
-// 5861 §3).
-func (c *engine) judge(e *entry, q *request, now int64) use {
-	if e.flags&flagNoCache != 0 {
-		return useFetch
-	}
-	age, ttl := e.currentAge(now), e.ttl(now)
-	if rcc := q.rcc; rcc != nil {
-		if rcc.has("no-cache") {
-			return useFetch
-		}
-		if d, ok := rcc.seconds("max-age"); ok && age > d {
-			return useFetch
-		}
-		if d, ok := rcc.seconds("min-fresh"); ok && ttl < d {
-			return useFetch
-		}
-		if d, ok := rcc.seconds("max-stale"); ok && ttl <= 0 && -ttl <= d && e.flags&flagMustRevalidate == 0 {
-			return useFresh // the client accepts it stale
-		}
-	}
-	switch {
-	case ttl > 0:
-		return useFresh
-	case e.flags&flagMustRevalidate != 0:
-		return useFetch
-	case -ttl < e.swr:
-		return useStale
-	}
-	return useFetch
-}
-
-// staleOnError reports whether e may be served at now because its
-// revalidation failed (RFC 5861 §4).
-func staleOnError(e *entry, now int64) bool {
-	return e != nil && e.kind == kindResponse && e.flags&(flagMustRevalidate|flagNoCache) == 0 && -e.ttl(now) < e.sie
-}
-
-// revalidateBehind starts one revalidation of q's stale response in the
-// background, fleet-wide through the lease: herd serves the stale entry
-// and refreshes it with this fetch. Nothing starts while the entry is
-// still fresh by herd's soft TTL (see minHerdSoft).
+// revalidateBehind starts one revalidation of q's stale response e in
+// the background, one per key at a time in this process and one per
+// fleet through the lease: a Get that takes only a response received
+// after e's and loads with this fetch otherwise. After one fails, none
+// starts for ErrorBackoff.
 func (c *engine) revalidateBehind(q *request, e *entry) {
+	if c.backingOff(q.key, time.Now().UnixNano()) {
+		return // the last one failed less than ErrorBackoff ago
+	}
+	if _, running := c.behindKeys.LoadOrStore(q.key, struct{}{}); running {
+		return
+	}
 	q.old = e
 	f := c.newFetch(q, nil)
-	_, _ = c.hc.Get(context.WithoutCancel(q.r.Context()), q.key, f.load)
+	newer := herd.Accept(herd.AcceptFunc[*entry](func(x *entry, _ bool) bool {
+		return x.kind != kindResponse || x.respTime > e.respTime
+	}))
+	c.behind.Add(1)
+	go func() {
+		defer c.behind.Done()
+		defer c.behindKeys.Delete(q.key)
+		if _, err := c.hc.Get(context.WithoutCancel(f.ctx), q.key, f.load, newer); err != nil {
+			c.backOff(q.key, time.Now().UnixNano())
+		}
+	}()
+}
+
+// acceptor is what the Get of q's fetch takes from the tiers rather than
+// fetching (RFC 9111 §4): never the response q found and could not use,
+// nor another variant of its bucket; a response q selects that was
+// received after q arrived (another request's fetch, here or on another
+// replica) or that q may use fresh; a hit-for-pass mark; a Vary index
+// other than the one q found. What the fetch itself made is taken.
+func (c *engine) acceptor(q *request) herd.AcceptFunc[*entry] {
+	found := q.found
+	return func(e *entry, _ bool) bool {
+		switch e.kind {
+		case kindPass:
+			return true
+		case kindIndex:
+			return found == nil || found.kind != kindIndex
+		}
+		if sameResponse(e, found) {
+			return false
+		}
+		if !c.matches(e, q.r) {
+			return false // another variant in q's bucket
+		}
+		return e.respTime >= q.start || usable(e, q.rcc, time.Now().UnixNano()) == useFresh
+	}
 }
 
 // fetch answers q from a fetch of its key: the one this process has in
-// progress, or a new one that this request leads. The leader fetches
-// through herd (one fetch per key fleet-wide, with the lease) when herd's
-// soft TTL of the stored entry has passed, and directly otherwise.
+// progress, or a new one that this request leads, through herd (one
+// fetch per key fleet-wide, with the lease), unless the tiers hold by
+// then a response q takes (acceptor).
 func (c *engine) fetch(q *request) (*http.Response, error) {
 	now := time.Now().UnixNano()
 	if staleOnError(q.old, now) && c.backingOff(q.key, now) {
@@ -315,11 +333,7 @@ func (c *engine) fetch(q *request) (*http.Response, error) {
 	var f *fetch // the leader's
 	if leader {
 		f = c.newFetch(q, s)
-		// herd would hand back an entry it holds as fresh: a response the
-		// request may not use (it needs validating, or is another variant
-		// of its bucket) is replaced by a direct fetch.
-		viaHerd := q.found == nil || now >= q.found.herdSoft
-		go c.lead(f, q.found, viaHerd)
+		go c.lead(f, c.acceptor(q))
 	}
 	return c.follow(q, s, b, f)
 }
@@ -346,6 +360,11 @@ func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.R
 	case streaming:
 		head, _ := s.result()
 		if !c.matches(head, q.r) {
+			if leader {
+				// The fetch stores head's variant as it ends, in a bucket q's
+				// own variant may share: let it end before q looks again.
+				_, _ = io.Copy(io.Discard, b)
+			}
 			return c.varyMismatch(q, head)
 		}
 		streamed = true
@@ -380,30 +399,17 @@ func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.R
 	return c.settled(q, e, own, own && f.revalidated.Load())
 }
 
-// lead runs the fetch of a stream and settles the stream with its
+// lead runs the fetch of a stream, as the load of one Get that takes
+// what accept takes from the tiers, and settles the stream with its
 // outcome, unless the fetch already streamed or handed off a response.
-// found is what the leading request found under the key and could not
-// use, if anything.
-func (c *engine) lead(f *fetch, found *entry, viaHerd bool) {
+func (c *engine) lead(f *fetch, accept herd.AcceptFunc[*entry]) {
 	ctx := context.WithoutCancel(f.ctx)
-	var e *entry
-	var err error
-	if viaHerd {
-		// A Get with a load may join the flight of a peek (a Get without
-		// one) that began just before, and share its ErrNoLoader: ask again.
-		for range 4 {
-			if e, err = c.hc.Get(ctx, f.key, f.load, herd.NoStale()); !errors.Is(err, herd.ErrNoLoader) {
-				break
-			}
-		}
-		// herd's soft expiry of an entry is set when it is stored, a little
-		// after herdSoft: just past herdSoft, herd may hand back the very
-		// response the request could not use.
-		if err == nil && !f.used.Load() && sameResponse(e, found) {
-			e, err = f.direct(ctx)
-		}
-	} else {
-		e, err = f.direct(ctx)
+	e, err := c.hc.Get(ctx, f.key, f.load, herd.Accept(accept))
+	var oe *originError
+	if err != nil && !f.used.Load() && errors.As(err, &oe) {
+		// The Get joined another request's fetch, which failed as this one
+		// began (its client may have seen it fail already): fetch anew.
+		e, err = c.hc.Get(ctx, f.key, f.load, herd.Accept(accept))
 	}
 	// Forgotten before it ends: a request made after a reader saw the end
 	// asks the tiers, which hold what this fetch stored.
@@ -412,6 +418,13 @@ func (c *engine) lead(f *fetch, found *entry, viaHerd bool) {
 		f.s.end(nil)
 	}
 	f.s.finish(e, err)
+}
+
+// sameResponse reports whether a and b are one stored response: the
+// same entry, or copies of it (decoded from the shared tier).
+func sameResponse(a, b *entry) bool {
+	return a != nil && b != nil && a.kind == kindResponse && b.kind == kindResponse &&
+		a.reqTime == b.reqTime && a.respTime == b.respTime
 }
 
 // varyMismatch answers q, which waited for a fetch whose response e
@@ -424,13 +437,6 @@ func (c *engine) varyMismatch(q *request, e *entry) (*http.Response, error) {
 		return c.pass(q, OutcomePass, "fwd=vary-miss; detail=vary-mismatch")
 	}
 	return c.lookupVariant(q, e.varyNames)
-}
-
-// sameResponse reports whether a and b are one stored response: the
-// same entry, or copies of it (decoded from the shared tier).
-func sameResponse(a, b *entry) bool {
-	return a != nil && b != nil && a.kind == kindResponse && b.kind == kindResponse &&
-		a.reqTime == b.reqTime && a.respTime == b.respTime
 }
 
 // settled answers q with e, the entry its fetch ended in without

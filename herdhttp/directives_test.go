@@ -172,6 +172,30 @@ func TestAuthorization(t *testing.T) {
 	})
 }
 
+// A request with Authorization whose response may not be stored (§3.5)
+// marks nothing: the next anonymous request is an ordinary miss, its
+// response stored and served to the one after it; the collapsed requests
+// that waited for the authorized fetch each go to the origin.
+func TestAuthorizationMarksNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "max-age=60")
+			fmt.Fprintf(w, "for %q", r.Header.Get("Authorization"))
+		})
+		f.mustGet("/a", 200, `for "alice"`, "Authorization: alice")
+		r := f.mustGet("/a", 200, `for ""`)
+		if cs := r.cacheStatus(); strings.Contains(cs, "hit-for-pass") || !strings.Contains(cs, "stored") {
+			t.Errorf("an anonymous request after alice's: Cache-Status %q; want a miss that stored its response", cs)
+		}
+		f.wantCalls(2, "alice's request, then an anonymous one")
+		r = f.mustGet("/a", 200, `for ""`)
+		if cs := r.cacheStatus(); !strings.HasPrefix(cs, "herd; hit") {
+			t.Errorf("the next anonymous request: Cache-Status %q; want a hit", cs)
+		}
+		f.wantCalls(2, "the stored response served")
+	})
+}
+
 // The answer to the request that fetched a response carries every field
 // the origin sent, its own Set-Cookie and the fields a qualified private
 // or no-cache names among them; what is stored, and served to others,

@@ -7,7 +7,9 @@
 // http.Handler, [NewTransport] as an http.RoundTripper (for clients and
 // for reverse proxies such as httputil.ReverseProxy), and [NewProxy], a
 // caching reverse proxy to one upstream. Responses are kept in a herd
-// cache: a local tier bounded in bytes (Options.MaxBytes) and, with
+// cache: a local tier bounded in bytes (Options.MaxBytes), which keeps
+// every response it answers as stored until newer ones evict it (bodies
+// are stored up to a quarter of MaxBytes), and, with
 // Options.Store, a tier shared by the replicas (redisstore in production,
 // memory.Remote in one process). With Options.Lease, one replica fetches
 // a key while the others wait for its notice.
@@ -63,13 +65,18 @@
 //     (200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501) is fresh for
 //     Options.Heuristic of its age since Last-Modified, at most
 //     Options.HeuristicMax, and only when Heuristic is set.
+//   - A response to a request with Authorization that carries none of
+//     public, s-maxage or must-revalidate (§3.5) is not stored, and marks
+//     nothing: the rule is about that request, not the URL. The requests
+//     that waited for its fetch go to the origin; the next request is an
+//     ordinary miss.
 //   - Not stored, and the key marked hit-for-pass for Options.PassTTL (a
-//     second for 5xx answers): no-store, unqualified private, a response
-//     to a request with Authorization that carries none of public,
-//     s-maxage or must-revalidate (§3.5), Vary: *, Set-Cookie (unless
+//     second for 5xx answers): no-store, unqualified private, Vary: *,
+//     Set-Cookie (unless
 //     Options.StoreSetCookie, which stores the response without it), a
 //     status not stored, no freshness, a body over Options.MaxBodyBytes,
-//     and a response already stale on arrival that nothing lets be used.
+//     a header over Options.MaxHeaderBytes (header-too-large; stored
+//     fields count against MaxBytes), and a response already stale on arrival that nothing lets be used.
 //     no-store with must-understand is stored when the status is one of
 //     RFC 9110's whose caching rules herdhttp follows; must-understand
 //     with any other status is not stored (§5.2.2.3).
@@ -127,6 +134,11 @@
 //     status below 400 invalidates its target URI and the URIs of its
 //     Location and Content-Location on the same host (§4.4), variants
 //     included, on every replica with a Store.
+//   - A request that asks to switch protocols (Connection: Upgrade, such
+//     as a WebSocket handshake) passes to the origin untouched: a
+//     Handler's to the next handler or the upstream (whose 101 hands the
+//     connection over, both ways), a Transport's to the RoundTripper it
+//     wraps. Nothing about it is looked up or stored.
 //   - A client's If-None-Match (weak comparison), or If-Modified-Since
 //     when there is none, that a stored 200 meets is answered 304. A
 //     single byte range (with If-Range, if any, holding) is served from a
@@ -137,7 +149,8 @@
 //     requests of this process that join the fetch, as they arrive. A body
 //     is stored only whole: one cut short reaches its readers as a failed
 //     transfer and is stored nowhere. A body that passes
-//     Options.MaxBodyBytes, or announces it with Content-Length, marks its
+//     Options.MaxBodyBytes (at most MaxBytes/4), or announces it with
+//     Content-Length, marks its
 //     key hit-for-pass for the fleet at once; the requests already reading
 //     it read it to the end.
 //   - The informational (1xx) responses the origin sends before its
@@ -149,7 +162,8 @@
 //
 // Within stale-while-revalidate past its freshness, a stale response is
 // served at once and one revalidation runs behind it for the whole fleet
-// (herd's background refresh, through the lease). Past that window, a
+// (one per key at a time in a process, and one per fleet through the
+// lease). Past that window, a
 // request waits for a revalidation (collapsed as a miss is), and is served
 // the stale response only when the origin answers 500, 502, 503 or 504,
 // cannot be reached or the limiter sheds the fetch, within stale-if-error;
@@ -161,12 +175,14 @@
 // window; which window applies is decided from the times stored in the
 // entry.
 //
-// A fetched response is handed to the herd cache as fresh for at least a
-// second, however short its freshness: waiters on other replicas take it
-// only while it is fresh there. A response that needs validating before
-// that second ends (max-age=0, no-cache) is revalidated per request
-// meanwhile, collapsed within each replica, and a stale-while-revalidate
-// revalidation starts at most once a second.
+// A miss is one herd lookup: a Peek of both tiers, which waits for no
+// fetch, then, when what it found does not answer the request, one Get
+// whose Accept takes only what does (a response received after the
+// request arrived, or one it may use fresh), and otherwise fetches under
+// the lease. The herd cache holds an entry for all its windows, and at
+// least a second, so that the requests that waited for its fetch on other
+// replicas get it even when nothing may reuse it later (max-age=0,
+// no-cache); which request it answers is decided by the request alone.
 //
 // # Collapsing
 //
@@ -179,11 +195,45 @@
 // Options.Limiter, a fetch the limiter sheds is answered 503 with
 // Retry-After, unless stale-if-error lets a stale response be served.
 //
+// # Purge and tags
+//
+// An origin tags a response with a Surrogate-Key or Cache-Tag field, a
+// list of tags separated by spaces or commas (Surrogate-Key: product-1
+// /products). [Handler.PurgeTag] retires every stored response with a
+// tag, variants included, on every replica: herd's InvalidateTag, one
+// call to the Store (one Redis command), whatever the number of
+// responses or replicas. Tags match whole: a purge of /items leaves
+// /items/1 stored. [Handler.PurgeURL] retires the response stored for a
+// URL and each of its variants, on every replica. A replica that is not
+// the purging one learns of a purge from the Store's notice (or, when
+// that is lost, within 2×NearTTL). When the Store cannot be reached, a
+// purge drops this replica's copies and returns an error wrapping
+// herd.ErrDegraded. A response carries at most 1024 tags of at most 4096
+// bytes, or it is answered but not stored. The tag fields are stored and
+// removed from every answer to a client, unless Options.ForwardTags is
+// set.
+//
+// A tagged response reaches the shared tier only through a fetch of its
+// own key: one fetched under another (the first response of a URL that
+// varies, or a response fetched while another is held for its key) is
+// answered but not stored there, and the next request for it fetches it
+// again.
+//
+// [PurgeHandler] serves POST /purge/tag/{tag} and POST
+// /purge/url?url=URL behind a bearer token, for an admin listener:
+// a client that can purge can empty the cache, so the purge endpoints
+// never share a listener with the public. A PURGE request on the public
+// handler is passed to the origin like any method the cache does not
+// know.
+//
 // # Metrics
 //
 // A Recorder that implements [RouteRecorder] gets each request's
 // [Outcome] by route, one of Options.Routes (http.ServeMux patterns) or
 // "other", and each revalidation sent to the origin; [Counts] keeps them
-// in memory. herd's own Recorder events (loads, leases, shedding) reach
-// Options.Recorder as for any herd cache.
+// in memory. One that implements [OriginRecorder] times each request to
+// the origin by route, and Options.OnOriginError hears of each that
+// failed without a response. herd's own Recorder events (loads, leases,
+// shedding) reach Options.Recorder as for any herd cache, and a
+// Handler's Name and Stats make it a herdprom.Source.
 package herdhttp

@@ -64,19 +64,14 @@ type entry struct {
 	// reason says why a key is hit-for-pass.
 	reason string
 
-	// herdSoft is when the cache's own soft expiry of this entry was set
-	// to end, in Unix nanoseconds: before it, asking the cache again for
-	// the key returns this entry.
+	// herdSoft is when the cache's storage of this entry was set to end,
+	// in Unix nanoseconds; nothing is decided by it.
 	herdSoft int64
 }
 
-// currentAge is the entry's age at now, as RFC 9111 §4.2.3 computes it.
+// currentAge is the entry's age at now (see currentAge).
 func (e *entry) currentAge(now int64) time.Duration {
-	apparent := max(0, e.respTime-e.dateValue)
-	delay := e.respTime - e.reqTime
-	corrected := int64(e.ageValue) + delay
-	initial := max(apparent, corrected)
-	return time.Duration(sat(initial + max(0, now-e.respTime)))
+	return currentAge(e.dateValue, e.ageValue, e.reqTime, e.respTime, now)
 }
 
 // sat keeps a time sum that wrapped from going negative.

@@ -3,5 +3,5 @@ package herdhttp
 // NewProxyOver is NewProxy over a transport the test gives.
 var NewProxyOver = newProxy
 
-// Stats returns the herd cache's counters.
-func (h *Handler) Stats() any { return h.e.hc.Stats() }
+// LocalWeight is the weight the local tier of h holds, in bytes.
+func (h *Handler) LocalWeight() uint64 { return h.e.hc.Stats().LocalWeight }

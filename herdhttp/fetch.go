@@ -63,8 +63,12 @@ func (e *originError) Error() string {
 func (e *originError) Unwrap() error { return e.err }
 
 func (c *engine) newFetch(q *request, s *stream) *fetch {
+	ctx := q.r.Context()
+	if s != nil {
+		ctx = q.in.trace(ctx) // the fetch a client waits for
+	}
 	f := &fetch{
-		c: c, ctx: q.r.Context(), key: q.key, route: q.route, primary: q.primary, names: q.names,
+		c: c, ctx: ctx, key: q.key, route: q.route, primary: q.primary, names: q.names,
 		rcc: q.rcc, auth: q.r.Header.Get("Authorization") != "", old: q.old, s: s,
 	}
 	f.out = c.fillRequest(q)
@@ -131,22 +135,11 @@ func (f *fetch) load(ctx context.Context) (*entry, error) {
 	}
 	if res.store {
 		herd.SetTTL(ctx, res.soft, res.hard)
+		if res.e.kind == kindResponse {
+			herd.Tags(ctx, responseTags(res.e.header)...) // retired by a purge of any of them
+		}
 	} else {
 		herd.NoCache(ctx)
-	}
-	return res.e, nil
-}
-
-// direct is the fetch made outside herd's load, for an entry herd still
-// holds as fresh; what it stores it sets.
-func (f *fetch) direct(ctx context.Context) (*entry, error) {
-	f.used.Store(true)
-	res := f.run(ctx)
-	if res.err != nil {
-		return nil, res.err
-	}
-	if res.store {
-		_ = f.c.hc.SetWithTTL(ctx, f.key, res.e, res.soft, res.hard) // not stored: it is still served
 	}
 	return res.e, nil
 }
@@ -185,6 +178,9 @@ func (f *fetch) run(ctx context.Context) result {
 		return result{err: &originError{err: errors.New(resp.Status), resp: e}}
 	}
 	e, reason := c.describe(f, resp, reqTime, respTime)
+	if e != nil && headerBytes(resp.Header) > c.o.MaxHeaderBytes {
+		e, reason = nil, "header-too-large"
+	}
 	if e == nil {
 		return f.passOn(resp, reason, respTime)
 	}
@@ -192,7 +188,8 @@ func (f *fetch) run(ctx context.Context) result {
 }
 
 // passOn ends a fetch whose response may not be stored: the key is
-// marked hit-for-pass, and the response goes to the request it was made
+// marked hit-for-pass (unless only the request's Authorization kept the
+// response from being stored), and the response goes to the request it was made
 // for (when it still waits) or is dropped.
 func (f *fetch) passOn(resp *http.Response, reason string, now int64) result {
 	ttl := f.c.o.PassTTL
@@ -203,6 +200,11 @@ func (f *fetch) passOn(resp *http.Response, reason string, now int64) result {
 		resp.Body.Close()
 	}
 	mark := &entry{kind: kindPass, reason: reason, herdSoft: now + int64(ttl), header: http.Header{}}
+	if reason == reasonAuthorization {
+		// RFC 9111 §3.5 is about the request, not the URL: the requests
+		// that waited for this fetch pass, and the key is not marked.
+		return result{e: mark}
+	}
 	return result{e: mark, store: true, soft: ttl, hard: ttl}
 }
 
@@ -287,10 +289,12 @@ func (f *fetch) overflow(resp *http.Response) {
 	}()
 }
 
-// keep ends a fetch with e stored for as long as it may be used: fresh
-// for its remaining freshness (at least minHerdSoft, see there), kept
-// through its stale windows, or as long as KeepForRevalidation allows a
-// response with a validator. A response fetched through a Vary index
+// keep ends a fetch with e stored for as long as it may be used: its
+// remaining freshness, then its stale windows, or as long as
+// KeepForRevalidation allows a response with a validator, and at least
+// minStored. The cache holds it fresh all that time (its soft and hard
+// TTLs are one): whether it may answer a request is decided by the
+// request, through Peek and Accept. A response fetched through a Vary index
 // that no longer matches the URL's index, or one fetched under the URL's
 // key that varies, is stored under its variant key and the index
 // updated.
@@ -304,8 +308,8 @@ func (f *fetch) keep(e *entry, now int64) result {
 		stale = 0
 	}
 	// herd refuses TTLs above MaxTTL; two delta-seconds of 2^31 add up to more.
-	soft := min(max(remaining, minHerdSoft), herd.MaxTTL)
-	hard := min(max(remaining+max(stale, e.keep), soft), herd.MaxTTL)
+	hard := min(max(remaining+max(stale, e.keep), minStored), herd.MaxTTL)
+	soft := hard
 	e.herdSoft = now + int64(soft)
 	res := result{e: e, store: true, soft: soft, hard: hard}
 	if slices.Equal(e.varyNames, f.names) && (f.key != f.primary || len(e.varyNames) == 0) {
@@ -314,12 +318,14 @@ func (f *fetch) keep(e *entry, now int64) result {
 	c := f.c
 	ctx := context.WithoutCancel(f.ctx)
 	if len(e.varyNames) == 0 {
-		_ = c.hc.SetWithTTL(ctx, f.primary, e, soft, hard)
+		if !c.setUntagged(ctx, f.primary, e, soft, hard) {
+			_ = c.hc.Invalidate(ctx, f.primary) // the old index: the next request loads the URL
+		}
 		return result{e: e}
 	}
 	vk := c.variantKey(f.primary, e.varyValues)
 	if vk != f.key {
-		_ = c.hc.SetWithTTL(ctx, vk, e, soft, hard)
+		c.setUntagged(ctx, vk, e, soft, hard) // a tagged one is loaded under vk by its next request
 	}
 	index := &entry{kind: kindIndex, varyNames: e.varyNames, header: http.Header{}, herdSoft: now + int64(indexTTL)}
 	if f.key == f.primary {
@@ -342,4 +348,16 @@ func (b *cancelBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel()
 	return err
+}
+
+// headerBytes is the size of h as sent: each value on its own line, with
+// its name, ": " and CRLF.
+func headerBytes(h http.Header) int64 {
+	var n int64
+	for k, vs := range h {
+		for _, v := range vs {
+			n += int64(len(k) + len(v) + 4)
+		}
+	}
+	return n
 }

@@ -140,7 +140,7 @@ func TestFleetHitForPass(t *testing.T) {
 			} else if rel := released.Load(); rel == 0 || time.Now().UnixNano() != rel {
 				late.Add(1)
 			}
-			w.Header().Set("Cache-Control", "max-age=60")
+			w.Header().Set("Cache-Control", "private, max-age=60")
 			fmt.Fprintf(w, "for %q", r.Header.Get("Authorization"))
 		}
 		f := newFixture(t, nil, origin)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
@@ -17,6 +18,10 @@ import (
 // reverse proxy of [NewProxy].
 type Handler struct {
 	e *engine
+	// upgrade answers the requests that ask to switch protocols
+	// (Connection: Upgrade, such as WebSocket): next for a Middleware, a
+	// ReverseProxy to the upstream for a proxy. They never reach the cache.
+	upgrade http.Handler
 }
 
 // Middleware returns a Handler that answers requests from the cache and
@@ -34,7 +39,7 @@ func Middleware(next http.Handler, o *Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{e: e}, nil
+	return &Handler{e: e, upgrade: next}, nil
 }
 
 // NewProxy returns a Handler that is a caching reverse proxy to
@@ -59,18 +64,32 @@ func newProxy(upstream *url.URL, rt http.RoundTripper, o *Options) (*Handler, er
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{e: e}, nil
+	upgrade := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		Transport: rt,
+	}
+	return &Handler{e: e, upgrade: upgrade}, nil
 }
 
 // ServeHTTP answers r from the cache, or from the origin through it. An
 // error the cache cannot answer otherwise is a 502; a client that went
 // away gets nothing. The informational (1xx) responses the origin sends
 // before the answer to the request's own fetch, such as 103 Early Hints,
-// are forwarded to the client; they are never stored.
+// are forwarded to the client; they are never stored. A request that
+// asks to switch protocols (Connection: Upgrade, such as a WebSocket
+// handshake) passes to the origin untouched, and the connection with it
+// once it answers 101.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r, stopInterim := withInterim(w, r)
-	resp, err := h.e.roundTrip(r)
-	stopInterim()
+	if isUpgrade(r.Header) {
+		h.upgrade.ServeHTTP(w, r)
+		return
+	}
+	in := newInterim(w, r)
+	resp, err := h.e.serve(r, in)
+	in.stop()
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client is gone
@@ -149,8 +168,14 @@ func NewTransport(next http.RoundTripper, o *Options) (*Transport, error) {
 // RoundTrip answers r from the cache or through the wrapped
 // RoundTripper. A failure to reach the origin that no stale response
 // covers is returned as the wrapped RoundTripper's error.
+//
+// A request that asks to switch protocols (Connection: Upgrade) goes to
+// the wrapped RoundTripper untouched.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := t.e.roundTrip(r)
+	if isUpgrade(r.Header) {
+		return t.e.origin.RoundTrip(r)
+	}
+	resp, err := t.e.serve(r, nil)
 	if err == nil {
 		resp.Header = resp.Header.Clone() // the caller's to change; the stored fields are shared
 	}
@@ -271,4 +296,21 @@ func (w *pipeWriter) fail(err error) {
 		close(w.head)
 	})
 	w.pw.CloseWithError(err)
+}
+
+// isUpgrade reports whether a request with fields h asks to switch
+// protocols (RFC 9110 §7.8): Connection lists upgrade and Upgrade names
+// a protocol.
+func isUpgrade(h http.Header) bool {
+	if h.Get("Upgrade") == "" {
+		return false
+	}
+	for _, v := range h.Values("Connection") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -18,19 +18,27 @@ type interim struct {
 	done bool // the final response is being written; guarded by mu
 }
 
-// withInterim returns r with a context whose client trace forwards the
-// 1xx responses of the origin requests made for r to w, until the
-// returned stop is called: the handler calls it before it writes the
-// final response, so that a fetch that outlives the request (one behind
-// a stale response, one whose client left) never writes to w. A client
-// of HTTP/1.0 is sent none.
-func withInterim(w http.ResponseWriter, r *http.Request) (*http.Request, func()) {
+// newInterim returns the forwarder of the 1xx responses of the origin
+// requests made for r to w, until its stop is called: the handler calls
+// it before it writes the final response, so that a fetch that outlives
+// the request (one whose client left) never writes to w. A client of
+// HTTP/1.0 is sent none (nil). Its client trace is put only in the
+// contexts of the origin requests made for r (trace), so that a hit
+// costs nothing of it.
+func newInterim(w http.ResponseWriter, r *http.Request) *interim {
 	if !r.ProtoAtLeast(1, 1) {
-		return r, func() {}
+		return nil
 	}
-	in := &interim{w: w}
-	trace := &httptrace.ClientTrace{Got1xxResponse: in.forward}
-	return r.WithContext(httptrace.WithClientTrace(r.Context(), trace)), in.stop
+	return &interim{w: w}
+}
+
+// trace returns ctx with the client trace that forwards 1xx responses
+// through in; ctx itself when in is nil.
+func (in *interim) trace(ctx context.Context) context.Context {
+	if in == nil {
+		return ctx
+	}
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: in.forward})
 }
 
 // forward sends one 1xx response to the client, unless it is 100
@@ -56,6 +64,9 @@ func (in *interim) forward(code int, h textproto.MIMEHeader) error {
 }
 
 func (in *interim) stop() {
+	if in == nil {
+		return
+	}
 	in.mu.Lock()
 	in.done = true
 	in.mu.Unlock()

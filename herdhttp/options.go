@@ -25,11 +25,21 @@ type Options struct {
 	// MaxBytes bounds the local tier, the responses held in this process,
 	// in bytes (bodies, fields and bookkeeping). Zero means 64 MiB.
 	MaxBytes int64
-	// MaxBodyBytes is the largest body stored. A response with a larger
+	// MaxBodyBytes is the largest body stored, at most a quarter of
+	// MaxBytes whatever it says, so that a response answered as stored
+	// is kept. A response with a larger
 	// body is still streamed to the request that fetched it and to the
 	// requests waiting on it, and its key is marked hit-for-pass for the
 	// whole fleet as soon as the body passes the bound. Zero means 1 MiB.
 	MaxBodyBytes int64
+
+	// MaxHeaderBytes is the largest response header stored, counted as
+	// sent (names, values and separators), at most a quarter of MaxBytes
+	// whatever it says; stored fields count against MaxBytes like bodies.
+	// A response with a larger header is passed to the request that
+	// fetched it and its key marked hit-for-pass (header-too-large).
+	// Zero means 32 KiB.
+	MaxHeaderBytes int64
 
 	// Store is the shared tier, the same for every replica (for example a
 	// redisstore.Remote, or a memory.Remote in one process). Nil means the
@@ -128,16 +138,31 @@ type Options struct {
 
 	// PassTTL is how long a key stays hit-for-pass after a response that
 	// may not be stored (no-store, private, Set-Cookie, Vary: *, an
-	// uncacheable status, no freshness, a body over MaxBodyBytes, a
-	// response to a request with Authorization that does not allow
-	// sharing): its requests go to the origin at once, fleet-wide, without
-	// waiting on each other. Origin errors (5xx) mark it for at most a
-	// second. Zero means 30 s.
+	// uncacheable status, no freshness, a body over MaxBodyBytes): its
+	// requests go to the origin at once, fleet-wide, without waiting on
+	// each other. Origin errors (5xx) mark it for at most a second. A
+	// response not stored only because its request carried Authorization
+	// marks nothing. Zero means 30 s.
 	PassTTL time.Duration
 	// ErrorBackoff is how long, after a failed revalidation of a response
 	// that stale-if-error lets be served, this replica serves it without
-	// asking the origin again. Zero means 1 s.
+	// asking the origin again, and how long after a failed
+	// stale-while-revalidate revalidation it starts no other for the key.
+	// Zero means 1 s.
 	ErrorBackoff time.Duration
+
+	// ForwardTags makes the answers to clients carry the tag fields of the
+	// origin's responses (Surrogate-Key, Cache-Tag), which the cache
+	// reads to purge by tag. Off, they are removed from every answer, so
+	// that clients never see how the origin groups its responses.
+	ForwardTags bool
+	// OnOriginError is called, when not nil, each time a request to the
+	// origin fails without a response (it cannot be reached, the
+	// connection breaks before the fields arrive, FetchTimeout passes),
+	// with the request sent and the error, unless the client's own
+	// request was canceled. It runs on the request's goroutine and must
+	// be quick; a log call is.
+	OnOriginError func(r *http.Request, err error)
 
 	// Routes are http.ServeMux patterns, such as "GET /products/{id}",
 	// that name the routes metrics are counted by; a request that matches
@@ -165,6 +190,7 @@ func DefaultOptions() *Options {
 const (
 	defaultMaxBytes     = 64 << 20
 	defaultMaxBodyBytes = 1 << 20
+	defaultMaxHeader    = 32 << 10
 	defaultLeaseTTL     = 5 * time.Second
 	defaultNearTTL      = time.Second
 	defaultFetchTimeout = time.Minute
@@ -210,6 +236,9 @@ func (o *Options) validate() (config, error) {
 	if o.MaxBodyBytes < 0 {
 		bad("MaxBodyBytes must not be negative, got %d", o.MaxBodyBytes)
 	}
+	if o.MaxHeaderBytes < 0 {
+		bad("MaxHeaderBytes must not be negative, got %d", o.MaxHeaderBytes)
+	}
 	if o.MaxBodyBytes > 1<<30 {
 		bad("MaxBodyBytes must not exceed 1 GiB, got %d", o.MaxBodyBytes)
 	}
@@ -240,7 +269,8 @@ func (o *Options) validate() (config, error) {
 	}
 	c.Name = or(o.Name, "herd")
 	c.MaxBytes = or(o.MaxBytes, defaultMaxBytes)
-	c.MaxBodyBytes = or(o.MaxBodyBytes, defaultMaxBodyBytes)
+	c.MaxBodyBytes = min(or(o.MaxBodyBytes, defaultMaxBodyBytes), c.MaxBytes/4)
+	c.MaxHeaderBytes = min(or(o.MaxHeaderBytes, defaultMaxHeader), c.MaxBytes/4)
 	c.LeaseTTL = or(o.LeaseTTL, defaultLeaseTTL)
 	c.NearTTL = or(o.NearTTL, defaultNearTTL)
 	c.FetchTimeout = or(o.FetchTimeout, defaultFetchTimeout)

@@ -6,29 +6,18 @@ import (
 	"time"
 )
 
+// reasonAuthorization is why a response to a request with Authorization
+// that does not allow sharing is not stored (RFC 9111 §3.5).
+const reasonAuthorization = "authorization"
+
 // describe decides whether resp, the answer to f's request, may be
 // stored (RFC 9111 §3) and, when it may, returns the entry to store it
 // as, without its body; otherwise it returns why not.
 func (c *engine) describe(f *fetch, resp *http.Response, reqTime, respTime int64) (*entry, string) {
 	cc, targeted := responseDirectives(resp.Header, c.o.TargetedFields)
-	names, star := varyNames(resp.Header)
-	switch {
-	case !understood(resp.StatusCode):
-		return nil, "status"
-	case cc.has("must-understand") && !knownStatus(resp.StatusCode):
-		return nil, "must-understand" // §5.2.2.3
-	case cc.has("no-store") && !cc.has("must-understand"):
-		return nil, "no-store"
-	case cc.has("private") && cc.fields("private") == nil:
-		return nil, "private"
-	case f.auth && !cc.has("public") && !cc.has("s-maxage") && !cc.has("must-revalidate"):
-		return nil, "authorization" // §3.5
-	case star:
-		return nil, "vary-star"
-	case len(resp.Header.Values("Set-Cookie")) > 0 && !c.o.StoreSetCookie:
-		return nil, "set-cookie"
-	case resp.ContentLength > c.o.MaxBodyBytes:
-		return nil, "too-large"
+	names, _ := varyNames(resp.Header)
+	if why := notStorable(f.auth, resp.StatusCode, resp.Header, cc, resp.ContentLength, c.o.StoreSetCookie, c.o.MaxBodyBytes); why != "" {
+		return nil, why
 	}
 	e := &entry{kind: kindResponse, status: resp.StatusCode, reqTime: reqTime, respTime: respTime}
 	e.header = cleanHeader(resp.Header, cc)
@@ -73,34 +62,7 @@ func (c *engine) timing(e *entry, cc cacheControl, targeted bool, respTime int64
 	e.swr, _ = cc.seconds("stale-while-revalidate")
 	e.sie, _ = cc.seconds("stale-if-error")
 	e.keep = c.o.KeepForRevalidation
-	e.lifetime = c.lifetime(e, cc, targeted)
-}
-
-// lifetime is the freshness lifetime of §4.2.1: s-maxage, then max-age,
-// then Expires less Date (an invalid Expires means already expired)
-// unless the directives come from a targeted field, then the heuristic of
-// §4.2.2 when configured; -1 when none applies.
-func (c *engine) lifetime(e *entry, cc cacheControl, targeted bool) time.Duration {
-	if d, ok := cc.seconds("s-maxage"); ok {
-		return d
-	}
-	if d, ok := cc.seconds("max-age"); ok {
-		return d
-	}
-	if vs := e.header.Values("Expires"); len(vs) > 0 && !targeted {
-		t, ok := parseHTTPDate(vs[0])
-		if !ok || len(vs) > 1 {
-			return 0 // §5.3: invalid, and a list of dates is not a date
-		}
-		return max(time.Duration(t.UnixNano()-e.dateValue), 0)
-	}
-	if c.o.Heuristic > 0 && defaultCacheable[e.status] {
-		if lm, ok := parseHTTPDate(e.header.Get("Last-Modified")); ok {
-			since := time.Duration(e.dateValue - lm.UnixNano())
-			return min(max(time.Duration(float64(since)*c.o.Heuristic), 0), c.o.HeuristicMax)
-		}
-	}
-	return -1
+	e.lifetime = freshnessLifetime(e.status, e.header, cc, targeted, e.dateValue, c.o.Heuristic, c.o.HeuristicMax)
 }
 
 // ageValue is the Age field of h (RFC 9111 §5.1): the first member of

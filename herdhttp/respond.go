@@ -52,7 +52,7 @@ func (c *engine) respond(q *request, e *entry, body io.ReadCloser, now int64, st
 	case body != nil:
 		resp.Body = body
 	default:
-		resp.Body = io.NopCloser(bytes.NewReader(e.body))
+		resp.Body = newStoredBody(e.body)
 		if e.status == http.StatusOK && q.r.Header.Get("Range") != "" {
 			serveRange(q.r, resp, e.body)
 		}
@@ -61,8 +61,34 @@ func (c *engine) respond(q *request, e *entry, body io.ReadCloser, now int64, st
 }
 
 func statusText(code int) string {
+	if code >= 100 && code < 600 && statusTexts[code-100] != "" {
+		return statusTexts[code-100]
+	}
 	return strconv.Itoa(code) + " " + http.StatusText(code)
 }
+
+// statusTexts holds the status lines of the codes net/http names, from
+// 100: built once, so that a hit does not build its own.
+var statusTexts = func() (t [500]string) {
+	for code := 100; code < 600; code++ {
+		if text := http.StatusText(code); text != "" {
+			t[code-100] = strconv.Itoa(code) + " " + text
+		}
+	}
+	return t
+}()
+
+// storedBody reads a stored body: a bytes.Reader that closes, in one
+// allocation.
+type storedBody struct{ bytes.Reader }
+
+func newStoredBody(b []byte) *storedBody {
+	sb := &storedBody{}
+	sb.Reset(b)
+	return sb
+}
+
+func (*storedBody) Close() error { return nil }
 
 // addStatus appends this cache's member to h's Cache-Status: the list
 // runs from the origin towards the client.
@@ -73,36 +99,6 @@ func addStatus(h http.Header, name, params string) {
 		return
 	}
 	h["Cache-Status"] = []string{v}
-}
-
-// notModified reports whether r's conditions (RFC 9110 §13.1.2, §13.1.3)
-// say that the client's copy is current: If-None-Match, or when it is
-// absent If-Modified-Since.
-func notModified(r *http.Request, h http.Header) bool {
-	if inm := r.Header.Get("If-None-Match"); inm != "" {
-		etag := h.Get("ETag")
-		if etag == "" {
-			return false
-		}
-		for m := range strings.SplitSeq(inm, ",") {
-			m = strings.TrimSpace(m)
-			if m == "*" || weakEqual(m, etag) {
-				return true
-			}
-		}
-		return false
-	}
-	ims, ok := parseHTTPDate(r.Header.Get("If-Modified-Since"))
-	if !ok {
-		return false
-	}
-	lm, ok := parseHTTPDate(h.Get("Last-Modified"))
-	return ok && !lm.After(ims)
-}
-
-// weakEqual is the weak comparison of two entity tags.
-func weakEqual(a, b string) bool {
-	return strings.TrimPrefix(a, "W/") == strings.TrimPrefix(b, "W/")
 }
 
 // notModified turns resp into a 304 with the fields RFC 9110 §15.4.5
@@ -188,7 +184,7 @@ func serveRange(r *http.Request, resp *http.Response, body []byte) {
 // and returns the origin's answer uncached.
 func (c *engine) pass(q *request, o Outcome, status string) (*http.Response, error) {
 	c.rec.RecordRoute(q.route, o)
-	out := q.r.Clone(q.r.Context())
+	out := q.r.Clone(q.in.trace(q.r.Context()))
 	stripHopByHop(out.Header)
 	resp, err := c.origin.RoundTrip(out)
 	if err != nil {

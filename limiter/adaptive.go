@@ -15,9 +15,17 @@ const minWindow = 5
 // slower by itself.
 const relearn = 4
 
+// cutHelped is the share by which the latency must fall in the window after
+// a cut for the cut to be taken to have helped.
+const cutHelped = 0.25
+
 // queued returns how many calls of a limit may wait inside the store while
-// the limit still grows: max(2, √limit).
-func queued(limit float64) float64 { return max(2, math.Sqrt(limit)) }
+// the limit still grows: max(1, √limit/2). Each of n limiters sharing a
+// store keeps about this many of its calls waiting in it, so the store
+// holds n times as many calls waiting: few enough, at the limits of a few
+// replicas, that a store slower with every call past its capacity loses
+// little of its throughput.
+func queued(limit float64) float64 { return max(1, math.Sqrt(limit)/2) }
 
 // estimator measures the store's latency over windows of released slots and
 // adapts the limit from it, the way TCP Vegas does. It is guarded by the
@@ -31,9 +39,11 @@ func queued(limit float64) float64 { return max(2, math.Sqrt(limit)) }
 // over any span that starts and ends with no slot held it is exact.
 //
 // A window closes at the release that makes it max(minWindow, limit)
-// releases long, about one latency at the limit. After a window that
-// changed the limit, the releases of the next latency are not counted: they
-// are of slots taken under the old limit.
+// releases long, about one latency at the limit; until the first cut
+// (while probing) max(2, limit), one latency; and after a cut made on a
+// latency above twice the no-load one, max(2, limit/2). After a window
+// that changed the limit, the releases of the next latency are not
+// counted: they are of slots taken under the old limit.
 //
 // The no-load latency d is the lowest filtered latency seen, the filtered
 // latency being the median of the last three windows' means, so that one
@@ -43,20 +53,25 @@ func queued(limit float64) float64 { return max(2, math.Sqrt(limit)) }
 // brought it down: the store has become slower by itself, and d becomes
 // the filtered latency, so that a uniformly slower store gets its
 // concurrency back; once the filtered latency is back within twice the d
-// of before, that d returns.
+// of before, that d returns. A quicker test catches a step: when a window
+// whose latency was above 2d cut the limit and the next window's latency
+// fell by less than cutHelped, the cut did not help; the store is slower by
+// itself, d becomes that latency and the limit before the cut returns.
 //
 // At a window's close, with rtt its mean latency and peak the most slots
 // held at once in it, the calls of this limiter waiting inside the store
 // are about min(limit, peak)*(1-d/rtt), and the target is the limit that
 // leaves queued(limit) of them waiting: min(limit, peak)*d/rtt +
-// queued(limit). A target above the limit raises it by at most √limit,
-// and only when at least half the limit was held at some instant of the
-// window (a window short of calls says nothing of capacity); a target
+// queued(limit). A target above the limit raises it, only when at least
+// half the limit was held at some instant of the window (a window short of
+// calls says nothing of capacity): to the target, by at most √limit, or,
+// until the first cut, by √limit (a slow start from the floor); a target
 // below lowers it to the target, by half at most. Several limiters sharing
 // a store each keep about queued(limit) calls waiting in it, so the
 // larger limits fall first and they meet near equal shares. Because d
-// enters only through d/rtt, a d that noise left up to 1-1/√limit too low
-// still leaves the limit growing on an idle store.
+// enters only through d/rtt, a d that noise left up to
+// queued(limit)/limit too low still leaves the limit growing on an idle
+// store.
 //
 // The limit stays within [min, max]. With min == 0 the limit is fixed and
 // the estimator only measures, for ShedLatency.
@@ -85,10 +100,17 @@ type estimator struct {
 	// before is the no-load latency before the store was found slower by
 	// itself; zero when it was not.
 	before float64
+	// probing is true until the first window that lowers the limit: till
+	// then the limit grows by √limit a window, as TCP's slow start doubles.
+	probing bool
+	// cutRTT is the latency of the last window when it lowered the limit
+	// from cutFrom with a latency above twice the no-load one; zero
+	// otherwise.
+	cutRTT, cutFrom float64
 }
 
 func newEstimator(floor, ceiling int) *estimator {
-	return &estimator{min: floor, max: ceiling, limit: float64(max(floor, 1)), starts: make([]time.Time, ceiling)}
+	return &estimator{min: floor, max: ceiling, limit: float64(max(floor, 1)), probing: true, starts: make([]time.Time, ceiling)}
 }
 
 // took records a slot taken at now.
@@ -118,10 +140,27 @@ func (l *Limiter) measureReleaseLocked() {
 	}
 	e.sum += float64(now.Sub(start))
 	e.releases++
-	if e.releases < max(minWindow, int(e.limit)) {
+	need := max(minWindow, int(e.limit))
+	if e.probing && e.min > 0 {
+		// While the limit grows from its floor, a window is one latency:
+		// the limit's slots, released once.
+		need = max(2, int(e.limit))
+	}
+	if e.cutRTT > 0 {
+		// The window that tells whether a cut helped: half a limit of
+		// releases, so that at a low limit it takes one latency, not two.
+		need = max(2, int(e.limit)/2)
+	}
+	if e.releases < need {
 		return
 	}
 	rtt := e.sum / float64(e.releases)
+	if rtt <= 0 {
+		// Slots released as soon as taken (a clock that did not move)
+		// say nothing of the store.
+		e.sum, e.releases, e.peak = 0, 0, l.inUse
+		return
+	}
 	old := int(e.limit)
 	e.update(rtt)
 	e.sum, e.releases, e.peak, e.from = 0, 0, l.inUse, now
@@ -152,13 +191,36 @@ func (e *estimator) update(rtt float64) {
 	if e.min == 0 {
 		return
 	}
-	target := min(e.limit, float64(e.peak))*e.noLoad/rtt + queued(e.limit)
+	if cut := e.cutRTT; cut > 0 {
+		e.cutRTT = 0
+		if rtt >= (1-cutHelped)*cut && rtt > 2*e.noLoad {
+			// The cut did not bring the latency down: the store became
+			// slower by itself. Its latency now is its no-load latency,
+			// and the limit before the cut returns.
+			if e.before == 0 {
+				e.before = e.noLoad
+			}
+			e.noLoad, e.slow = rtt, 0
+			e.limit = e.cutFrom
+			return
+		}
+	}
+	n := min(e.limit, float64(e.peak))
+	target := n*e.noLoad/rtt + queued(e.limit)
 	switch {
 	case target >= e.limit:
 		if 2*e.peak >= int(e.limit) {
-			e.limit = min(target, e.limit+math.Sqrt(e.limit))
+			step := math.Sqrt(e.limit)
+			if !e.probing {
+				step = min(step, target-e.limit)
+			}
+			e.limit += step
 		}
 	default:
+		if rtt > 2*e.noLoad {
+			e.cutFrom, e.cutRTT = e.limit, rtt
+		}
+		e.probing = false
 		e.limit = max(e.limit/2, target)
 	}
 	e.limit = min(max(e.limit, float64(e.min)), float64(e.max))

@@ -64,8 +64,8 @@ const (
 	// ReasonReserve: a background call found no slot outside the reserve.
 	ReasonReserve = "reserve"
 	// ReasonLatency: a Low-priority or background call found the store's
-	// measured latency, or the wait of the longest-waiting call, above
-	// ShedLatency.
+	// measured latency, or that latency and the wait of the longest-waiting
+	// call (or its own), above ShedLatency.
 	ReasonLatency = "latency"
 )
 
@@ -132,10 +132,14 @@ type Options struct {
 	// with ReasonLatency while the store's latency is above it: the mean time
 	// a slot was held over the last measurement window is, and the oldest
 	// slot held has been held longer than it (so that once the store holds
-	// no such call, calls go in again and measure it anew). It also sheds a
-	// Low-priority call that would have to wait once the longest-waiting
-	// call has waited longer than it. Normal and High calls are not shed by
-	// latency. Zero sheds by nothing but the queue. It must not be negative.
+	// no such call, calls go in again and measure it anew). A Low-priority
+	// call that would have to wait is given what is left of ShedLatency
+	// once the store's measured latency is paid: it is shed at once when
+	// that is nothing or the longest-waiting call has waited longer, and
+	// waits at most that long (or QueueTimeout, if shorter), so that a Low
+	// call let in can still be answered within about ShedLatency. Normal
+	// and High calls are not shed by latency. Zero sheds by nothing but
+	// the queue. It must not be negative.
 	ShedLatency time.Duration
 }
 
@@ -195,7 +199,7 @@ type Stats struct {
 	// reserve.
 	ShedReserve uint64
 	// ShedLatency counts Low-priority and background calls shed because the
-	// store's latency or the queue's wait was above ShedLatency.
+	// store's latency, or the queue's wait with it, was above ShedLatency.
 	ShedLatency uint64
 	// ShedLow, ShedNormal and ShedHigh count shed foreground calls by
 	// priority; ShedBackground counts shed background calls.
@@ -234,14 +238,18 @@ func (s Stats) Shed() uint64 {
 // made unusually fast or slow by the machine moves nothing. Each window
 // estimates how many of the limiter's calls wait inside the store (the
 // slots held times 1 - no-load/latency) and moves the limit towards the
-// number that leaves max(2, √limit) of them waiting: up by at most its
+// number that leaves max(1, √limit/2) of them waiting: up by at most its
 // square root per window while at least half the slots were in use, down
 // by at most half. Limiters sharing one store so converge on near equal
 // shares of it. The limit starts at MinLimit, so that the first windows see
-// the store unloaded. A latency that stays above twice the no-load latency
-// for four windows, whatever the limit's cuts, is taken as the store's new
-// no-load latency, so that a store that became uniformly slower gets its
-// concurrency back; the old one returns with the store. MinLimit should be
+// the store unloaded, and until its first cut grows by its square root
+// every latency (a slow start). When a cut made on a latency above twice
+// the no-load latency does not bring the latency of the next calls down by
+// a quarter, or a latency stays above twice the no-load one for four
+// windows whatever the cuts, the store is taken to have become slower by
+// itself: that latency becomes its no-load latency (and a limit cut so
+// returns to what it was), so that a store that became uniformly slower
+// keeps its concurrency; the old one returns with the store. MinLimit should be
 // below the store's capacity. Priorities, Reserve, QueueTimeout, MaxQueue,
 // the shedding reasons and RetryAfter work as with a fixed limit, against
 // the limit of the moment.
@@ -395,9 +403,17 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 		l.mu.Unlock()
 		return l.shed(reasonQueueFull, p, false)
 	}
-	if p == Low && l.shedLatency > 0 && time.Since(l.oldestLocked()) > l.shedLatency {
-		l.mu.Unlock()
-		return l.shed(reasonLatency, p, false)
+	wait, reason := l.queueTimeout, reasonQueueTimeout
+	if p == Low && l.shedLatency > 0 {
+		// What is left of ShedLatency once the store's latency is paid.
+		budget := l.shedLatency - time.Duration(l.latency.Load())
+		if budget <= 0 || time.Since(l.oldestLocked()) > budget {
+			l.mu.Unlock()
+			return l.shed(reasonLatency, p, false)
+		}
+		if wait == 0 || budget < wait {
+			wait, reason = budget, reasonLatency
+		}
 	}
 	w := &waiter{ready: make(chan struct{}, 1), since: time.Now()}
 	q := &l.queues[p+1]
@@ -407,8 +423,8 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 
 	start := w.since
 	var timeout <-chan time.Time
-	if l.queueTimeout > 0 {
-		t := time.NewTimer(l.queueTimeout)
+	if wait > 0 {
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		timeout = t.C
 	}
@@ -436,7 +452,7 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 		l.waiting--
 		l.mu.Unlock()
 		l.waited(start)
-		return l.shed(reasonQueueTimeout, p, false)
+		return l.shed(reason, p, false)
 
 	case <-ctx.Done():
 		if l.testHookWaitEnded != nil {

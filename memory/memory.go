@@ -379,6 +379,13 @@ func (r *Remote) Watch(key string, notify func()) (stop func()) {
 	return r.waits.Watch(&r.mu, key, notify)
 }
 
+// WatchMany is Watch for each of keys at once ([remote.BatchWatcher]).
+func (r *Remote) WatchMany(keys []string, notify func(i int)) (stop func(i int)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waits.WatchMany(&r.mu, keys, notify)
+}
+
 // check returns the error that refuses a call: an ended ctx or a down
 // remote. r.mu is held.
 func (r *Remote) check(ctx context.Context, op, key string) error {

@@ -359,6 +359,11 @@ type Stats struct {
 
 	InFlight int // flights (coalesced loads, with their waiters) running now
 
+	// LocalWeight is the weight the local tier holds now, as
+	// Options.Weigher gives it; at most Options.MaxWeight once the tier's
+	// pending maintenance has run. Zero without MaxWeight.
+	LocalWeight uint64
+
 	// LoadsRunning is the number of loads running now in this process.
 	LoadsRunning int
 	// KeyConcurrency is the most loads of one key running at once now, and

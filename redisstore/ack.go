@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,36 +59,97 @@ func checkAck(o Options, timeout time.Duration) (time.Duration, error) {
 // while no replica needs to acknowledge it; otherwise, in one pipeline on
 // one connection to the master of keys[0]'s slot, followed by WAIT, so
 // that it fails, with an error wrapping ErrNotAcknowledged, when fewer
-// than AckReplicas replicas acknowledged it within AckTimeout. ctx's
-// deadline must leave room for AckTimeout.
+// than AckReplicas replicas acknowledged it within AckTimeout. While the
+// slot migrates, a master that no longer holds the keys answers ASK: the
+// change is then sent, after ASKING, with its WAIT, to the master that
+// ASK names. A TRYAGAIN reply (the keys are split between the two
+// masters) is returned as it is: the caller falls back to one-key steps,
+// each a change of its own. ctx's deadline must leave room for
+// AckTimeout.
 func (r *Remote) change(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if r.ackReplicas == 0 {
-		return r.run(ctx, s, keys, args...)
+		return s.Run(ctx, r.client, keys, args...)
 	}
-	var node redis.Cmdable = r.client
-	if cc, ok := r.client.(*redis.ClusterClient); ok {
-		c, err := cc.MasterForKey(ctx, keys[0])
+	cc, isCluster := r.client.(*redis.ClusterClient)
+	if !isCluster {
+		return r.acknowledgedAt(ctx, r.client, false, s, keys, args)
+	}
+	node, err := cc.MasterForKey(ctx, keys[0])
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(fmt.Errorf("finding the master of %q: %w", keys[0], err))
+		return cmd
+	}
+	cmd := r.acknowledgedAt(ctx, node, false, s, keys, args)
+	if addr, ok := askedTo(cmd.Err()); ok {
+		target, err := masterAt(ctx, cc, addr)
 		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(fmt.Errorf("finding the master of %q: %w", keys[0], err))
+			cmd.SetErr(fmt.Errorf("%w (following it: %w)", cmd.Err(), err))
 			return cmd
 		}
-		node = c
+		cmd = r.acknowledgedAt(ctx, target, true, s, keys, args)
 	}
-	cmd := r.acknowledged(ctx, node, s.EvalSha, keys, args)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = r.acknowledged(ctx, node, s.Eval, keys, args)
-	}
-	if cc, ok := r.client.(*redis.ClusterClient); ok && (redis.HasErrorPrefix(cmd.Err(), "MOVED ") || redis.HasErrorPrefix(cmd.Err(), "ASK ")) {
+	if redis.HasErrorPrefix(cmd.Err(), "MOVED ") || redis.HasErrorPrefix(cmd.Err(), "ASK ") {
 		cc.ReloadState(ctx) // the slot has moved: the next change goes to its new master
 	}
 	return cmd
 }
 
-// acknowledged sends run and WAIT in one pipeline to node and returns
-// run's reply, whose error is WAIT's when run succeeded but WAIT did not.
-func (r *Remote) acknowledged(ctx context.Context, node redis.Cmdable, run func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd, keys []string, args []any) *redis.Cmd {
+// acknowledgedAt runs s on node as acknowledged does, after ASKING when
+// asking, with EVALSHA, and with EVAL if node does not know the script.
+func (r *Remote) acknowledgedAt(ctx context.Context, node redis.Cmdable, asking bool, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	cmd := r.acknowledged(ctx, node, asking, s.EvalSha, keys, args)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = r.acknowledged(ctx, node, asking, s.Eval, keys, args)
+	}
+	return cmd
+}
+
+// askedTo returns the address that err, an ASK reply, sends its command
+// to.
+func askedTo(err error) (string, bool) {
+	var reply redis.Error
+	if !errors.As(err, &reply) || !redis.HasErrorPrefix(reply, "ASK ") {
+		return "", false
+	}
+	f := strings.Fields(reply.Error())
+	if len(f) != 3 {
+		return "", false
+	}
+	return f[2], true
+}
+
+// masterAt returns cc's client of the master at addr.
+func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis.Client, error) {
+	var (
+		mu    sync.Mutex
+		found *redis.Client
+	)
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case found == nil:
+		return nil, fmt.Errorf("no master of the Cluster is at %s", addr)
+	}
+	return found, nil
+}
+
+// acknowledged sends run and WAIT in one pipeline to node, after ASKING
+// when asking, and returns run's reply, whose error is WAIT's when run
+// succeeded but WAIT did not.
+func (r *Remote) acknowledged(ctx context.Context, node redis.Cmdable, asking bool, run func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd, keys []string, args []any) *redis.Cmd {
 	pipe := node.Pipeline()
+	if asking {
+		pipe.Do(ctx, "asking")
+	}
 	cmd := run(ctx, pipe, keys, args...)
 	wait := pipe.Do(ctx, "wait", r.ackReplicas, r.ackTimeout.Milliseconds())
 	_, _ = pipe.Exec(ctx) // each reply carries its own error

@@ -164,6 +164,12 @@ func TestAckReplicaFrozen(t *testing.T) {
 		}
 	}
 	replica.Resume()
+	// The resumed replica first catches up on what it missed; on a loaded
+	// machine that can take longer than AckTimeout. WAIT on the master,
+	// with a generous timeout, returns once it has.
+	if n, err := ackClient(t, master).Do(ctx, "WAIT", 1, 30_000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the resumed replica = %d, %v; want 1", n, err)
+	}
 	for name, err := range changes(ctx, r, "k") {
 		if err != nil {
 			t.Errorf("%s with the replica running again: %v", name, err)

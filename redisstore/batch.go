@@ -139,6 +139,11 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, tt
 		i := runs[j].entry
 		key := reqs[i].Key
 		res, err := cmd.Slice()
+		if tryAgain(err) { // the key's slot is migrating
+			ms, _ := millis("acquire", key, ttl) // valid: the run was sent
+			out[i] = r.acquireOneSplit(ctx, gen, reqs[i], tokens[j], ms)
+			continue
+		}
 		if err != nil {
 			out[i].Err = r.fail("acquire", key, err)
 			if timedOut(err) {
@@ -155,6 +160,19 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, tt
 	}
 	r.releaseLapsed(ctx, reqs, lapsed)
 	return out
+}
+
+// acquireOneSplit does what Acquire does for q, in the one-key steps of
+// acquireSplit, for a request of AcquireMany whose key's slot is
+// migrating, within r.timeout. Its entry's Stale is nil.
+func (r *Remote) acquireOneSplit(ctx context.Context, gen uint64, q remote.LeaseRequest, token string, ms int64) remote.Acquired {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	g, err := r.acquireSplit(ctx, r.space.NamesAt(q.Key, gen), q.Key, token, ms, max(q.After.UnixMilli(), 0))
+	if err != nil {
+		return remote.Acquired{Err: r.fail("acquire", q.Key, err)}
+	}
+	return remote.Acquired{Grant: g}
 }
 
 // releaseLapsed gives up the leases that the acquisitions of runs may have
@@ -208,6 +226,11 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []remote.HeldKey, ttl ti
 	}
 	for j, cmd := range r.runMany(ctx, runs, false) {
 		i := runs[j].entry
+		if tryAgain(cmd.Err()) { // the key's slot is migrating: tried again, a bounded number of times
+			rctx, cancel := context.WithTimeout(ctx, r.timeout)
+			cmd = r.run(rctx, runs[j].script, runs[j].keys, runs[j].args...)
+			cancel()
+		}
 		ok, err := cmd.Int64()
 		if err != nil {
 			out[i].Err = r.fail("extend", leases[i].Key, err)
@@ -282,6 +305,11 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []remote.HeldWrite
 				continue
 			}
 			res, err := cmd.Slice()
+			if tryAgain(err) { // the key's slot is migrating
+				ms, _ := r.prepare("write-release", key, writes[i].Env, writes[i].TTL) // valid: the run was sent
+				out[i] = r.writeReleaseOneSplit(ctx, gen, writes[i], ms)
+				continue
+			}
 			if err != nil {
 				out[i].Err = r.fail("write-release", key, err)
 				again = append(again, releaseRun(i, span[j].keys[2], writes[i].Token))
@@ -309,6 +337,23 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []remote.HeldWrite
 		r.announce(ctx, ends)
 	})
 	return out
+}
+
+// writeReleaseOneSplit does what WriteRelease does for w, in the one-key
+// steps of writeReleaseSplit, which announce w's key themselves, for a
+// write of WriteReleaseMany whose key's slot is migrating, within
+// r.timeout; ms is w.TTL in milliseconds.
+func (r *Remote) writeReleaseOneSplit(ctx context.Context, gen uint64, w remote.HeldWrite, ms int64) remote.Outcome {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	wrote, err := r.writeReleaseSplit(ctx, r.space.NamesAt(w.Key, gen), w.Key, w.Env, w.Fence, ms, w.Token)
+	r.mu.Lock()
+	r.wake(w.Key)
+	r.mu.Unlock()
+	if err != nil {
+		return remote.Outcome{OK: wrote, Err: r.fail("write-release", w.Key, err)}
+	}
+	return remote.Outcome{OK: wrote}
 }
 
 // releaseRun is the run of the batch release script of entry i, whose

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -127,8 +126,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // TRYAGAIN to its script through migratingTries tries: a script that
 // touches several keys of the slot cannot run while some of them are on
 // the source master and some are not. It says nothing of the server's
-// health, so the cache's breaker does not count it. Acquire and
-// WriteRelease do not return it: they fall back to one-key steps.
+// health, so the cache's breaker does not count it. Only Extend and
+// ExtendMany return it: the other calls fall back to one-key steps.
 var ErrSlotMigrating = errors.New("redisstore: the key's Cluster slot is migrating")
 
 // A script answered TRYAGAIN is run again up to migratingTries times in
@@ -138,8 +137,8 @@ const (
 	migratingPause = 10 * time.Millisecond
 )
 
-// Scripts of the one-key steps that Acquire and WriteRelease fall back to
-// while a key's slot migrates.
+// Scripts of the one-key steps that Acquire, WriteRelease and the changes
+// fall back to while a key's slot migrates (see also split.go).
 var (
 	freshScript    = script("fresh")
 	advanceScript  = script("advance")
@@ -214,29 +213,11 @@ func (r *Remote) acquireSplit(ctx context.Context, n keyspace.Names, key, token 
 }
 
 // writeReleaseSplit does what the write-release script does in one-key
-// steps, for a key whose slot is migrating: it reads the fence key, and if
-// it holds fence, stores env unless the stored value carries a newer fence
-// (the putnewer script, which announces the change) and keeps the fence
-// key as long as the value; then it releases the lease and announces the
-// completion (the release script), in any case. It reports whether it
-// stored. A change that advances the fence between the read and the store
-// cannot be undone by it when it stores a value (a newer fence in the
-// envelope wins), but one that deletes the value (Invalidate) can: the
-// split write-back may then store a value that the Invalidate retired.
+// steps, for a key whose slot is migrating: the write of writeSplit, then
+// the release of the lease and the announcement of the completion (the
+// release script), in any case. It reports whether it stored.
 func (r *Remote) writeReleaseSplit(ctx context.Context, n keyspace.Names, key string, env []byte, fence uint64, ms int64, token string) (bool, error) {
-	f := strconv.FormatUint(fence, 10)
-	cur, err := r.client.Get(ctx, n.Fence).Result()
-	if errors.Is(err, redis.Nil) {
-		cur, err = "0", nil // a missing fence key holds fence 0
-	}
-	wrote := false
-	if err == nil && cur == f {
-		var stored int64
-		stored, err = putNewerScript.Run(ctx, r.client, []string{n.Value}, f, ms, env, r.channel, key).Int64()
-		if wrote = stored == 1; wrote {
-			err = keepScript.Run(ctx, r.client, []string{n.Fence}, r.fenceTTL(ms)).Err()
-		}
-	}
+	wrote, err := r.writeSplit(ctx, n, key, env, fence, ms)
 	if rerr := releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.channel, r.id, key).Err(); err == nil {
 		err = rerr
 	}

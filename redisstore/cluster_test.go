@@ -7,13 +7,10 @@ import (
 	"io"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd/redisstore/internal/redistest"
-	"github.com/herdcache/herd/remote"
-	"github.com/herdcache/herd/remote/envelope"
 )
 
 // migrate puts the slot of the Redis key name in MIGRATING on its master
@@ -67,59 +64,6 @@ func moveKeys(ctx context.Context, t *testing.T, source, target *redis.Client, n
 	}
 	if err := source.Do(ctx, args...).Err(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// While a key's slot migrates with its value on the source master and its
-// fence key already on the target, its two-key scripts meet TRYAGAIN: Set
-// and Invalidate fail, after their bounded retries, with ErrSlotMigrating
-// (which the breaker does not count), while Acquire, in one-key steps,
-// still finds the fresh value. Once the slot has moved, Set works again.
-func TestSlotMigratingBoundedRetries(t *testing.T) {
-	c := redistest.Cluster(t)
-	r := newRemote(t, c.Client(), Options{Prefix: "migrating:", Timeout: time.Second})
-	ctx := t.Context()
-	const key = "k"
-	if _, err := r.Set(ctx, key, fresh("a"), time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	n, err := r.names(ctx, "test", key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	source, target, targetID := migrate(ctx, t, c, n.Value)
-	moveKeys(ctx, t, source, target, n.Fence)
-
-	start := time.Now()
-	_, err = r.Set(ctx, key, fresh("b"), time.Hour)
-	took := time.Since(start)
-	if !errors.Is(err, ErrSlotMigrating) || !errors.Is(err, remote.ErrRejected) {
-		t.Fatalf("Set with the key's fence on the target and its value on the source: %v; want ErrSlotMigrating and remote.ErrRejected", err)
-	}
-	t.Logf("Set gave up after %v: %v", took, err)
-	if err := r.Invalidate(ctx, key); !errors.Is(err, ErrSlotMigrating) {
-		t.Fatalf("Invalidate: %v; want ErrSlotMigrating", err)
-	}
-	g, err := r.Acquire(ctx, key, time.Second, time.Time{})
-	if err != nil {
-		t.Fatalf("Acquire: %v; want the fresh value stored before the migration", err)
-	}
-	if e, err := envelope.Decode(g.Value); err != nil || string(e.Value) != "a" {
-		t.Fatalf("Acquire: %+v (%+v, %v); want the fresh value stored before the migration", g, e, err)
-	}
-
-	moveKeys(ctx, t, source, target, n.Value)
-	slot, err := c.Client().ClusterKeySlot(ctx, n.Value).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, node := range c.Nodes {
-		if err := node.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", targetID).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := r.Set(ctx, key, fresh("c"), time.Hour); err != nil {
-		t.Fatalf("Set once the slot has moved: %v", err)
 	}
 }
 

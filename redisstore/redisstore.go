@@ -23,6 +23,8 @@
 //	<prefix>{<hash>}:<tag>:t    a tag's version (Tags)          TagKeep (24 h) after its last use  16
 //	<prefix>{gen}               the generation (InvalidateAll)  none: one key in all               16
 //	<prefix>hot:{hot}:<ms>:<n>  the hot set of one period       three periods                      sorted set
+//	<prefix>{live}:s            the heartbeats' sequence        max(1 min, 10 LivePeriods)         decimal
+//	<prefix>{live}:g            the heartbeats' gate            half a LivePeriod                  1
 //
 // Every change runs as one Lua script, so it is atomic. Acquire judges a
 // value's freshness by the server's clock (TIME) against the soft expiry a
@@ -74,6 +76,7 @@
 //	                   then completed) or d<length>:<key> (completed)
 //	g<generation>      every key retired (InvalidateAll)
 //	t<version>:<tag>   tag's version advanced (InvalidateTag)
+//	h<sequence>:<ms>   a heartbeat (LivePeriod), the server's clock in ms
 //
 // where origin is the announcing Remote's id (16 hex digits), length the
 // key's length in bytes, and every number a canonical decimal; a message
@@ -159,23 +162,32 @@
 // command on several keys of the slot only on a node that holds them all,
 // and answers TRYAGAIN otherwise; go-redis follows the ASK to the target
 // and retries TRYAGAIN three times. A key's lease key is absent while no
-// load runs, so its three-key scripts would fail for the whole migration.
-// Acquire and WriteRelease then fall back to one-key steps, each sent to
-// the node that holds its key (the target, once the source no longer
-// does): Acquire reads a fresh value, else takes the lease with SET NX PX
-// or reports the holder's, then advances the fence; WriteRelease reads
-// the fence key, stores the value unless the stored one carries a newer
-// fence, and releases. The fleet's acquisitions meet on one lease key, so
-// the migration keeps one load per key per expiry (tested with four
-// caches through MIGRATING, MIGRATE and SETSLOT NODE). The steps are not
-// atomic together: an Invalidate that lands between the fence read and the
-// store of a write-back can be undone by it, until the value's TTL. Other
-// scripts (Write, Extend, and without AckReplicas Set, Invalidate and
-// MarkStale) run again after
-// TRYAGAIN, up to five times in all with pauses doubling from 10 ms,
-// within Timeout, and then fail with an error wrapping [ErrSlotMigrating]
-// and [remote.ErrRejected], which the cache's breaker does not count. Batch
-// calls do not fall back: their entries on a migrating slot fail.
+// load runs, so its multi-key scripts would fail for the whole migration.
+// The calls whose scripts meet TRYAGAIN then fall back to one-key steps,
+// each sent to the node that holds its key (the target, once the source
+// no longer does): Acquire (and AcquireMany's entries) reads a fresh
+// value, else takes the lease with SET NX PX or reports the holder's,
+// then advances the fence; Set, Invalidate and MarkStale advance the
+// fence, then store, delete or mark the value under the new fence unless
+// the stored one carries a newer fence; Write, WriteRelease (and
+// WriteReleaseMany's entries) read the fence key, store the value unless
+// the stored one carries a newer fence, read the fence key again, and
+// release. The fleet's acquisitions meet on one lease key, so the
+// migration keeps one load per key per expiry (tested with four caches
+// through MIGRATING, MIGRATE and SETSLOT NODE). The steps are not atomic
+// together, but a write-back that finds, on its second read, that the
+// fence moved since its first deletes the value it stored unless a newer
+// one replaced it, and reports no write, so a change that lands between a
+// write-back's read and its store (an Invalidate that deleted the old
+// value) is not undone. With AckReplicas, each step waits for the
+// replicas of the master that ran it, and a change that a master answers
+// with ASK is sent, after ASKING, with its WAIT to the master that ASK
+// names. Extend and ExtendMany's entries, which have no such steps, run
+// again after TRYAGAIN, up to five times in all with pauses doubling from
+// 10 ms, within Timeout, and then fail with an error wrapping
+// [ErrSlotMigrating] and [remote.ErrRejected], which the cache's breaker
+// does not count; the lease then lapses, as under any failed extension.
+// AcquireMany's entries that fall back carry no Stale value.
 //
 // Readiness. New does not fail when Redis cannot be reached: it waits up
 // to Timeout for the subscription and returns a Remote whose calls fail
@@ -202,7 +214,53 @@
 // lost (a dropped connection, a slow subscriber): once the subscription
 // reconnects, subscribers are told to drop everything and Wait-ers wake
 // to re-read, and twice the cache's NearTTL bounds the staleness in
-// between.
+// between (with LivePeriod P, 2P + 2×NearTTL; see A live channel).
+//
+// A live channel. Redis delivers the messages of one connection's
+// subscription in the order they were published, and loses them only with
+// the connection: so a heartbeat published after a change proves, to a
+// subscriber that hears it, that the change's notice came before it. With
+// Options.LivePeriod P set, each Remote waits P and a random part of P/2
+// after the last heartbeat it heard or sent, then runs one script that
+// publishes the next one unless another was published less than P/2 ago
+// (a key with that TTL is the gate): the fleet sends about one heartbeat
+// per P, whatever its size, each one script run (about 1 round trip per P
+// for the fleet). The script numbers the heartbeats (INCR) and stamps each
+// with the server's clock. A subscriber that hears heartbeat n+1 after n
+// hands its SubscribeLive subscribers a proof good until the heartbeat's
+// time plus 2P, in order with the notices; a gap in the numbers (a
+// heartbeat lost, or the sequence key lost in a failover) and a
+// reconnection hand them the zero Notice (drop everything) first. A
+// frozen subscription, or one whose connection died unseen, hears no
+// heartbeat, and the last proof runs out. A herd cache over it trusts its
+// local copies while a proof holds, and re-reads them each NearTTL
+// otherwise, so its staleness after a lost notice is bounded by
+// max(2P + NearTTL, 2×NearTTL) from the change, at most 2P + 2×NearTTL,
+// and by the notice's own delay while none is lost; keep the clocks of
+// the servers and the replicas in sync, as for fences. Tested with a relay
+// that stops forwarding to one replica's subscription, and with CLIENT
+// KILL of the subscriptions. A Cluster propagates classic PUBLISH over
+// its bus, where a message can be lost without a subscriber's connection
+// breaking and messages published on different masters arrive in no
+// fixed order, so no heartbeat proves anything there: LivePeriod is
+// ignored on a Cluster, whose caches re-read each NearTTL.
+//
+// Why not Redis' own client-side caching. RESP3 CLIENT TRACKING has Redis
+// push an invalidation for each key a client read. rueidis builds its
+// client on it; go-redis added it late and marks it experimental (v9.23's
+// ClientSideCacheConfig: the API may change in a minor release, DB 0
+// only, off with credential providers, an invalidation applied when the
+// client next reads the connection that carries it, and MaxStaleness as
+// the bound when one is late). It caches command replies, not herd's
+// decoded values: a herd replica would still keep its own tier, and an
+// invalidation tells it that a key was touched, not whether the change is
+// newer than its copy (no fence), nor anything of leases, completions,
+// tags or InvalidateAll, which herd's channel carries already, in one
+// ordered stream. A tracking connection that breaks loses invalidations
+// as a subscription does, and broadcast mode sends every change to every
+// replica as herd's notices do. So this package extends its own channel:
+// a heartbeat costs the fleet one script run per period and proves every
+// kind of notice complete, on any go-redis version it supports.
 //
 // Acknowledged changes. With Options.AckReplicas set, each change a cache
 // makes (Set, Invalidate, MarkStale, InvalidateTag, InvalidateAll) is
@@ -332,6 +390,16 @@ type Options struct {
 	// DefaultAckTimeout (250ms) when AckReplicas is set; it must be zero
 	// when AckReplicas is not, and must not be negative.
 	AckTimeout time.Duration
+	// LivePeriod, when positive, makes the Remotes on one Redis and prefix
+	// take turns to publish a heartbeat on the notice channel about once
+	// per LivePeriod, and makes SubscribeLive hand its subscribers proofs
+	// that no notice was lost, each good for twice the period, so that a
+	// cache trusts its local copies past NearTTL while they hold (see "A
+	// live channel" in the package doc); DefaultLivePeriod (1s) is the
+	// recommended value. Give every Remote of a fleet the same period. It
+	// is ignored on a Cluster. Zero means no heartbeats and no proofs; it
+	// must not be negative.
+	LivePeriod time.Duration
 }
 
 // NewClient returns a client for o, like redis.NewUniversalClient, with
@@ -348,7 +416,7 @@ func NewClient(o *redis.UniversalOptions) redis.UniversalClient {
 }
 
 // Remote is a remote tier in Redis. It implements [remote.Store], [remote.Lease],
-// [remote.Notifier], [remote.HotSet], [remote.BatchStore] and [remote.BatchLease]
+// [remote.Notifier], [remote.LiveNotifier], [remote.HotSet], [remote.BatchStore] and [remote.BatchLease]
 // and is safe for concurrent use. Make it with [New] and stop it with Close.
 type Remote struct {
 	client  redis.UniversalClient
@@ -374,8 +442,15 @@ type Remote struct {
 	// Wait; listen reads it until Close closes it, then closes listening.
 	pubsub    *redis.PubSub
 	listening chan struct{}
-	// stopListen ends listen's pauses; Close calls it.
+	// stopListen ends listen's pauses and beat; Close calls it.
 	stopListen context.CancelFunc
+
+	// livePeriod is Options.LivePeriod; zero when proofs are off (live.go).
+	// beat publishes the heartbeats, waiting longer after each one
+	// heardBeat reports, and closes beating (nil when off) as it returns.
+	livePeriod time.Duration
+	heardBeat  chan struct{}
+	beating    chan struct{}
 
 	// cluster is Client when it is a *redis.ClusterClient, else nil; its
 	// slot map is reloaded at most once per reloadEvery (see reload), at
@@ -410,8 +485,12 @@ type Remote struct {
 	started bool
 	// waits holds the Wait calls blocked until a key's next completion.
 	waits notify.Waiters
-	// subs holds the subscriptions that have not been stopped.
-	subs map[*notify.Subscription]struct{}
+	// subs holds the subscriptions that have not been stopped, each with
+	// whether it gets proofs of liveness (SubscribeLive).
+	subs map[*notify.Subscription]bool
+	// lastBeat is the sequence number of the last heartbeat heard on the
+	// subscription since it was last confirmed; zero for none (live.go).
+	lastBeat uint64
 
 	// fenceFloor and fenceMargin are minFenceTTL and fenceMargin, which
 	// tests lower to see fence keys expire.
@@ -427,6 +506,7 @@ var (
 	_ remote.Lease         = (*Remote)(nil)
 	_ remote.WriteReleaser = (*Remote)(nil)
 	_ remote.Notifier      = (*Remote)(nil)
+	_ remote.LiveNotifier  = (*Remote)(nil)
 )
 
 // New returns a Remote over o.Client and subscribes it to the notice
@@ -470,6 +550,9 @@ func New(o Options) (*Remote, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.LivePeriod < 0 {
+		return nil, fmt.Errorf("redisstore: LivePeriod %v is negative", o.LivePeriod)
+	}
 
 	r := &Remote{
 		client:      o.Client,
@@ -485,10 +568,15 @@ func New(o Options) (*Remote, error) {
 		id:          newToken()[:originLen],
 		listening:   make(chan struct{}),
 		ready:       make(chan struct{}),
-		subs:        make(map[*notify.Subscription]struct{}),
+		subs:        make(map[*notify.Subscription]bool),
 		born:        time.Now(),
 	}
 	r.cluster, _ = o.Client.(*redis.ClusterClient)
+	if r.cluster == nil && o.LivePeriod > 0 { // see "A live channel" in the package doc
+		r.livePeriod = o.LivePeriod
+		r.heardBeat = make(chan struct{}, 1)
+		r.beating = make(chan struct{})
+	}
 	r.valueBytes.Store(int64(max(batchBytes/batchKeys, 1)))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -497,6 +585,9 @@ func New(o Options) (*Remote, error) {
 	listenCtx, stopListen := context.WithCancel(context.Background())
 	r.stopListen = stopListen
 	go r.listen(listenCtx)
+	if r.beating != nil {
+		go r.beat(listenCtx)
+	}
 	select {
 	case <-r.ready:
 	case <-ctx.Done():
@@ -614,8 +705,15 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	wrote, err := r.run(ctx, writeScript, []string{n.Value, n.Fence},
+	wrote, err := writeScript.Run(ctx, r.client, []string{n.Value, n.Fence},
 		strconv.FormatUint(fence, 10), ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
+	if tryAgain(err) { // the key's slot is migrating
+		ok, err := r.writeSplit(ctx, n, key, env, fence, ms)
+		if err != nil {
+			return ok, r.fail("write", key, err)
+		}
+		return ok, nil
+	}
 	if err != nil {
 		return false, r.fail("write", key, err)
 	}
@@ -688,6 +786,13 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
 	fence, err := r.change(ctx, setScript, []string{n.Value, n.Fence}, ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
+	if tryAgain(err) { // the key's slot is migrating
+		f, err := r.setSplit(ctx, n, key, env, ms)
+		if err != nil {
+			return 0, r.fail("set", key, err)
+		}
+		return f, nil
+	}
 	if err != nil {
 		return 0, r.fail("set", key, err)
 	}
@@ -706,7 +811,11 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
-	if err := r.change(ctx, invalidateScript, []string{n.Value, n.Fence}, r.channel, key, r.fenceTTL(0)).Err(); err != nil {
+	err = r.change(ctx, invalidateScript, []string{n.Value, n.Fence}, r.channel, key, r.fenceTTL(0)).Err()
+	if tryAgain(err) { // the key's slot is migrating
+		_, err = r.invalidateSplit(ctx, n, key)
+	}
+	if err != nil {
 		return r.fail("invalidate", key, err)
 	}
 	return nil
@@ -886,20 +995,7 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 // called from fn. After Close, Subscribe starts nothing and fn is never
 // called.
 func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
-	r.mu.Lock()
-	if r.closed.Load() {
-		r.mu.Unlock()
-		return func() {}
-	}
-	s := notify.Start(func(n notify.Notice) { fn(remote.Notice(n)) }, subscribeQueue)
-	r.subs[s] = struct{}{}
-	r.mu.Unlock()
-	return func() {
-		r.mu.Lock()
-		delete(r.subs, s)
-		r.mu.Unlock()
-		s.Stop()
-	}
+	return r.subscribe(fn, false)
 }
 
 // Close ends the subscription and its goroutine, stops every Subscribe
@@ -915,7 +1011,7 @@ func (r *Remote) Close() error {
 	}
 	r.waits.WakeAll()
 	subs := r.subs
-	r.subs = make(map[*notify.Subscription]struct{})
+	r.subs = make(map[*notify.Subscription]bool)
 	r.mu.Unlock()
 
 	for s := range subs {
@@ -924,6 +1020,9 @@ func (r *Remote) Close() error {
 	r.stopListen()
 	err := r.pubsub.Close()
 	<-r.listening
+	if r.beating != nil {
+		<-r.beating
+	}
 	if err != nil {
 		return fmt.Errorf("redisstore: close: %w", err)
 	}
@@ -944,6 +1043,7 @@ func (r *Remote) subscribed() {
 		return
 	}
 	r.confirmed = true
+	r.lastBeat = 0
 	r.genKnown.Store(false) // an InvalidateAll may have been missed
 	for s := range r.subs {
 		s.Push(notify.Notice{})
@@ -956,6 +1056,10 @@ func (r *Remote) subscribed() {
 func (r *Remote) dispatch(payload string) {
 	if payload != "" && payload[0] == batchNotice {
 		r.dispatchBatch(payload)
+		return
+	}
+	if payload != "" && payload[0] == liveNotice {
+		r.heard(payload)
 		return
 	}
 	m, ok := parseNotice(payload)

@@ -70,6 +70,14 @@ func TestConformance(t *testing.T) {
 			return r, r
 		})
 	})
+	t.Run("SingleLive", func(t *testing.T) {
+		t.Parallel()
+		c := redistest.Server(t).Client()
+		storetest.Run(t, func(t *testing.T) (remote.Store, remote.Lease) {
+			r := newRemote(t, c, Options{LivePeriod: 100 * time.Millisecond})
+			return r, r
+		})
+	})
 	t.Run("Cluster", func(t *testing.T) {
 		t.Parallel()
 		c := redistest.Cluster(t).Client()

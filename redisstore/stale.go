@@ -24,6 +24,11 @@ func (r *Remote) MarkStale(ctx context.Context, key string) (uint64, error) {
 	defer cancel()
 	fence, err := r.change(ctx, markStaleScript, []string{n.Value, n.Fence},
 		r.channel, key, r.fenceTTL(0), r.fenceMargin.Milliseconds()).Int64()
+	if tryAgain(err) { // the key's slot is migrating
+		var f uint64
+		f, err = r.markStaleSplit(ctx, n, key)
+		fence = int64(f)
+	}
 	if err != nil {
 		return 0, r.fail("mark stale", key, err)
 	}

@@ -17,3 +17,18 @@ func (r *Remote) Watch(key string, notify func()) (stop func()) {
 	defer r.mu.Unlock()
 	return r.waits.Watch(&r.mu, key, notify)
 }
+
+// WatchMany is Watch for each of keys at once, under one lock and with
+// the registrations allocated together ([remote.BatchWatcher]).
+func (r *Remote) WatchMany(keys []string, notify func(i int)) (stop func(i int)) {
+	r.mu.Lock()
+	if r.closed.Load() {
+		r.mu.Unlock()
+		for i := range keys {
+			notify(i)
+		}
+		return func(int) {}
+	}
+	defer r.mu.Unlock()
+	return r.waits.WatchMany(&r.mu, keys, notify)
+}

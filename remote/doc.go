@@ -48,6 +48,9 @@
 //   - [Notifier] (with package notify for the delivery): other replicas drop
 //     or replace their local copy when a key changes, instead of waiting for
 //     NearTTL;
+//   - [LiveNotifier]: while its notices are proven complete, local copies
+//     are trusted until their soft expiry or a notice, with no re-read of
+//     the Store each NearTTL;
 //   - [Watcher]: lease losers wait for the holder's completion without a
 //     goroutine each and without missing one announced before they listen;
 //   - [WriteReleaser], [BatchStore], [BatchLease]: fewer round trips;

@@ -183,6 +183,18 @@ type Watcher interface {
 	Watch(key string, notify func()) (stop func())
 }
 
+// BatchWatcher is implemented by a [Watcher] that registers many keys at
+// once, sharing the registrations' allocations and lock: a cache whose
+// Lease is one registers the keys of a batch so.
+type BatchWatcher interface {
+	// WatchMany is Watch for each of keys: notify(i) is called once, as
+	// Watch calls notify, for keys[i]; stop(i) takes the registration of
+	// keys[i] back, as Watch's stop does. The Watcher may keep keys until
+	// every registration is called or taken back: the caller does not
+	// change it.
+	WatchMany(keys []string, notify func(i int)) (stop func(i int))
+}
+
 // Grant is the outcome of [Lease.Acquire]. Exactly one of Value, Token or
 // HeldFor is set.
 type Grant struct {
@@ -228,6 +240,34 @@ type Notice struct {
 	// Tag, when not empty, names a tag whose version became Fence
 	// ([Tagger.InvalidateTag]); Key and Dropped are then unset.
 	Tag string
+	// Live, when not zero, makes the notice a proof of liveness, which
+	// only [LiveNotifier.SubscribeLive] hands out: it announces no change
+	// (Key, Fence, Dropped and Tag are unset), but that every notice
+	// announced before it was made has been handed to fn, none lost, and
+	// that the next proof is made before Live. Live is on the tier's
+	// clock: the implementation dates it from when it made the proof, not
+	// from when fn gets it, so that a notice delayed on its way, or lost
+	// with it, does not stretch the trust it gives.
+	Live time.Time
+}
+
+// LiveNotifier is implemented by a [Notifier] that can prove its notices
+// complete: that no change announced before a given instant was lost on
+// its way to a subscriber. A Cache whose Store is a LiveNotifier, with
+// NearTTL set, trusts its local copies with no periodic re-read of the
+// Store until the Live of the last proof, and falls back to NearTTL
+// revalidation after it; one whose Store is only a Notifier re-reads each
+// copy once per NearTTL.
+type LiveNotifier interface {
+	Notifier
+	// SubscribeLive does what [Notifier.Subscribe] does, and also calls
+	// fn, in order with the changes, with a Notice whose Live is set each
+	// time the implementation has proof that every change announced
+	// before it reached fn. When a notice may have been lost, fn gets the
+	// zero Notice (as from Subscribe) or no more proofs; an
+	// implementation that cannot prove anything (a tier configured
+	// without it) sends no proof.
+	SubscribeLive(fn func(Notice)) (stop func())
 }
 
 // HotSet is implemented by a Store that keeps, for the whole fleet, the keys

@@ -1,4 +1,4 @@
-// Package storetest checks that a remote tier keeps the remote.Store, remote.Lease and remote.Notifier contracts.
+// Package storetest checks that a remote tier keeps the remote.Store, remote.Lease and remote.Notifier contracts, remote.LiveNotifier's included.
 package storetest
 
 import (
@@ -73,6 +73,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (remote.Store, remote.Lease))
 		{"EmptyKey", testEmptyKey},
 		{"WriteRelease", testWriteRelease},
 		{"Notifier", testNotifier},
+		{"LiveNotifier", testLiveNotifier},
 		{"HotSet", testHotSet},
 		{"MarkStale", testMarkStale},
 	}
@@ -83,6 +84,9 @@ func Run(t *testing.T, newFleet func(t *testing.T) (remote.Store, remote.Lease))
 	}
 	if _, ok := probeL.(remote.Watcher); ok {
 		tests = append(tests, subtest{"Watcher", testWatcher})
+	}
+	if _, ok := probeL.(remote.BatchWatcher); ok {
+		tests = append(tests, subtest{"BatchWatcher", testBatchWatcher})
 	}
 	// The subtests run in parallel within one group, which returns once
 	// they have all ended; InvalidateAll, which retires every key of the
@@ -638,6 +642,51 @@ func testWatcher(t *testing.T, _ remote.Store, l remote.Lease) {
 	case <-never:
 		t.Fatal("a watch taken back was notified")
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// testBatchWatcher: each key registered by one WatchMany is notified by
+// its own completion, once, and not by another key's; a registration
+// taken back is not notified, and stop may be called twice.
+func testBatchWatcher(t *testing.T, _ remote.Store, l remote.Lease) {
+	w := l.(remote.BatchWatcher)
+	keys := []string{key(t, "a"), key(t, "b"), key(t, "c")}
+	calls := make([]atomic.Int32, len(keys))
+	done := make(chan int, 2*len(keys))
+	grants := make([]remote.Grant, len(keys))
+	for i, k := range keys {
+		grants[i] = lease(t, l, k, longTTL)
+	}
+	stop := w.WatchMany(keys, func(i int) {
+		calls[i].Add(1)
+		done <- i
+	})
+	stop(2)
+	stop(2)
+	for _, i := range []int{1, 0, 2} {
+		release(t, l, keys[i], grants[i].Token)
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(deadline):
+			t.Fatal("a completion announced after WatchMany did not notify its key")
+		}
+	}
+	g := lease(t, l, keys[0], longTTL)
+	release(t, l, keys[0], g.Token) // a second completion: key 0's watch is done
+	select {
+	case i := <-done:
+		t.Fatalf("key %d notified again", i)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for i, want := range []int32{1, 1, 0} {
+		if n := calls[i].Load(); n != want {
+			t.Errorf("key %d notified %d times, want %d", i, n, want)
+		}
+	}
+	for i := range keys {
+		stop(i)
 	}
 }
 

@@ -15,10 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd/herdhttp"
+	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/redisstore"
 )
 
-const proxyUsage = `Usage: herd proxy --upstream URL [--listen ADDR] [--redis ADDR] [--forward-fields MODE]
+const proxyUsage = `Usage: herd proxy --upstream URL [--listen ADDR] [--redis ADDR] [--forward-fields MODE] [--admin ADDR] [flags]
 
 Runs a caching reverse proxy in front of the HTTP service at URL: a shared
 cache as RFC 9111 describes it, with stale-while-revalidate and
@@ -49,7 +50,16 @@ Flags:
                            (e.g. X-Request-Id,Traceparent)
                    Requests passed to the service uncached carry every
                    end-to-end field in every mode.
-`
+  --max-concurrency N
+                   the most requests to the service at once for answers
+                   that may be stored (default 256); a request that finds
+                   no slot within --queue-timeout is answered 503 with
+                   Retry-After. 0 means no cap
+  --queue-timeout D
+                   how long a request waits for such a slot (default 1s)
+  --max-bytes N    the bytes of responses kept in memory (default 67108864,
+                   64 MiB); bodies are stored up to 1 MiB, at most N/4
+` + opsUsage
 
 // proxyTimeout bounds the Redis check at start and the shutdown.
 const proxyTimeout = 10 * time.Second
@@ -62,6 +72,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	listen := fs.String("listen", "127.0.0.1:8081", "")
 	redisAddr := fs.String("redis", "", "")
 	forward := fs.String("forward-fields", "keyed", "")
+	// Bounds under floods.
+	maxConc := fs.Int("max-concurrency", 256, "")
+	queueTimeout := fs.Duration("queue-timeout", time.Second, "")
+	maxBytes := fs.Int64("max-bytes", 64<<20, "")
+	opsFlags := addOpsFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, proxyUsage)
@@ -84,6 +99,17 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "herd proxy: %v\n\n%s", err, proxyUsage)
 		return exitUsage
 	}
+	if err := setBounds(o, *maxConc, *queueTimeout, *maxBytes); err != nil {
+		fmt.Fprintf(stderr, "herd proxy: %v\n\n%s", err, proxyUsage)
+		return exitUsage
+	}
+	op, err := opsFlags.apply(o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "herd proxy: %v\n\n%s", err, proxyUsage)
+		return exitUsage
+	}
+	defer op.close()
+	var store *redisstore.Remote // nil: no Redis
 	if *redisAddr != "" {
 		redis.SetLogger(quietRedis{}) // the error below says what went wrong
 		client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{*redisAddr}})
@@ -95,34 +121,42 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "herd proxy: redis at %s does not answer: %v\n", *redisAddr, err)
 			return exitFail
 		}
-		remote, err := redisstore.New(redisstore.Options{Client: client})
+		remote, err := redisstore.New(redisstore.Options{Client: client, Prefix: op.prefix})
 		if err != nil {
 			fmt.Fprintf(stderr, "herd proxy: %v\n", err)
 			return exitFail
 		}
 		defer remote.Close()
-		o.Store, o.Lease = remote, remote
+		o.Store, o.Lease, store = remote, remote, remote
 	}
 	h, err := herdhttp.NewProxy(up, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "herd proxy: %v\n", err)
 		return exitUsage
 	}
-	ln, err := net.Listen("tcp", *listen)
+	stopAdmin, err := op.serveAdmin(h, store, stdout)
 	if err != nil {
-		fmt.Fprintf(stderr, "herd proxy: %v\n", err)
+		fmt.Fprintf(stderr, "herd proxy: admin: %v\n", err)
 		_ = h.Close(context.Background())
 		return exitFail
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: proxyTimeout}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "herd proxy: %v\n", err)
+		_ = stopAdmin(context.Background())
+		_ = h.Close(context.Background())
+		return exitFail
+	}
+	srv := &http.Server{Handler: op.wrap(h), ReadHeaderTimeout: proxyTimeout}
 	fmt.Fprintf(stdout, "herd proxy: serving http://%s, caching %s\n", ln.Addr(), up)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
 	case err = <-done:
+		_ = stopAdmin(context.Background())
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.Background(), proxyTimeout)
-		err = srv.Shutdown(sctx)
+		err = errors.Join(srv.Shutdown(sctx), stopAdmin(sctx))
 		cancel()
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), proxyTimeout)
@@ -172,3 +206,23 @@ func validFieldName(s string) bool {
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// setBounds sets o's byte budget and its limiter on fetches from the
+// flags --max-concurrency, --queue-timeout and --max-bytes.
+func setBounds(o *herdhttp.Options, conc int, queue time.Duration, maxBytes int64) error {
+	if conc < 0 || queue <= 0 || maxBytes <= 0 {
+		return fmt.Errorf("--max-concurrency must not be negative, --queue-timeout and --max-bytes must be positive")
+	}
+	o.MaxBytes = maxBytes
+	if conc == 0 {
+		return nil
+	}
+	lo := limiter.DefaultOptions(conc)
+	lo.QueueTimeout = queue
+	l, err := limiter.New(lo)
+	if err != nil {
+		return err
+	}
+	o.Limiter = l
+	return nil
+}

@@ -244,6 +244,9 @@ func TestProxyBadCommandLines(t *testing.T) {
 		{"proxy", "--upstream", "http://127.0.0.1:1", "--forward-fields", ""},
 		{"proxy", "--upstream", "http://127.0.0.1:1", "--forward-fields", "X-A,,X-B"},
 		{"proxy", "--upstream", "http://127.0.0.1:1", "--forward-fields", "X A"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--max-concurrency", "-1"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--queue-timeout", "0s"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--max-bytes", "0"},
 	} {
 		code, stdout, stderr := herd(t, args...)
 		if code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, "herd proxy: ") {
@@ -257,5 +260,40 @@ func TestProxyBadCommandLines(t *testing.T) {
 	code, stdout, stderr = herdProcess(t, "proxy", "--upstream", "http://127.0.0.1:1", "--redis", "127.0.0.1:1")
 	if code != exitFail || stdout != "" || !strings.HasPrefix(stderr, "herd proxy: redis at 127.0.0.1:1 does not answer") || strings.Count(stderr, "\n") != 1 {
 		t.Errorf("herd proxy with a dead Redis = %d, stdout %q, stderr %q; want 1 and one line", code, stdout, stderr)
+	}
+}
+
+// TestProxyMaxConcurrency holds the service's one slot with a request it
+// does not answer: a request for another page waits --queue-timeout for a
+// slot, then is answered 503 with Retry-After, without reaching the
+// service; the first is answered once the service lets it go.
+func TestProxyMaxConcurrency(t *testing.T) {
+	gate := make(chan struct{})
+	o := newOrigin(t, gate)
+	base := startProxy(t, "--upstream", o.url, "--max-concurrency", "1", "--queue-timeout", "50ms")
+	first := make(chan string, 1)
+	go func() {
+		body, _ := fetch(t, t.Context(), base+"/a")
+		first <- body
+	}()
+	<-o.entered
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/b", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := proxyClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("GET /b while /a holds the only slot: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if n := o.n.Load(); n != 1 {
+		t.Errorf("the service received %d requests; want 1 (the shed one never reaches it)", n)
+	}
+	close(gate)
+	if body := <-first; body != "page /a" {
+		t.Errorf("GET /a = %q; want %q", body, "page /a")
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/herdcache/herd/observe"
 	"github.com/herdcache/herd/redisstore"
+	"github.com/herdcache/herd/storetest/pgtest"
 )
 
 // deadline bounds every wait of the test: a request, a query, a miss.
@@ -177,7 +178,7 @@ func replica(t *testing.T, dsn, addr string, q *queries, rec observe.Recorder) (
 // Redis of its own, and checks with real HTTP requests what the cache, the
 // lease, the limiter and the metrics promise.
 func TestService(t *testing.T) {
-	dsn := startPostgres(t)
+	dsn := pgtest.Start(t)
 	addr := startRedis(t)
 	ctx := t.Context()
 

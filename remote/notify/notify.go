@@ -7,10 +7,14 @@
 // the cache subscribe and wait.
 package notify
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Notice is one change announced to a subscriber: Key changed under Fence,
-// its value deleted when Dropped. The zero Notice means "drop everything":
+// its value deleted when Dropped; or, with Live set, a proof that no notice
+// before it was lost. The zero Notice means "drop everything":
 // changes may have been missed. Its fields are those of remote.Notice, in
 // order, so that one converts to the other.
 type Notice struct {
@@ -18,6 +22,7 @@ type Notice struct {
 	Fence   uint64
 	Dropped bool
 	Tag     string
+	Live    time.Time
 }
 
 // Subscription is one subscriber's queue and the goroutine that empties it

@@ -30,10 +30,23 @@ type generation struct {
 	next    uint64
 }
 
-// watch is one registration of Watch.
+// watch is one registration of Watch, or one key's of WatchMany.
 type watch struct {
 	id uint64
-	fn func()
+	fn func() // nil for a WatchMany registration, which calls many(i)
+	// many and i are a WatchMany registration's callback and its key's
+	// index.
+	many func(int)
+	i    int
+}
+
+// call calls the registration's callback.
+func (w watch) call() {
+	if w.many != nil {
+		w.many(w.i)
+	} else {
+		w.fn()
+	}
 }
 
 // Wait is one waiter's place in a key's current generation.
@@ -105,7 +118,7 @@ func (g *generation) end() {
 	watches := g.watches
 	g.watches = nil
 	for _, w := range watches {
-		w.fn()
+		w.call()
 	}
 }
 
@@ -128,11 +141,52 @@ func (ws *Waiters) Watch(mu sync.Locker, key string, fn func()) (stop func()) {
 	return func() {
 		mu.Lock()
 		defer mu.Unlock()
-		i := slices.IndexFunc(g.watches, func(w watch) bool { return w.id == id })
-		if i < 0 {
-			return // called, or taken back
+		ws.unwatch(key, g, id)
+	}
+}
+
+// unwatch takes the registration id of g, key's generation, back, unless
+// it was called or taken back already.
+func (ws *Waiters) unwatch(key string, g *generation, id uint64) {
+	i := slices.IndexFunc(g.watches, func(w watch) bool { return w.id == id })
+	if i < 0 {
+		return // called, or taken back
+	}
+	g.watches = slices.Delete(g.watches, i, i+1)
+	ws.leave(key, g)
+}
+
+// WatchMany is Watch for each of keys at once, with the allocations of
+// the registrations shared: fn(i) is called once, under mu, by the next
+// announcement on keys[i]. stop(i) takes the registration of keys[i] back,
+// under mu; it may be called more than once and after fn(i). keys must
+// not change until every registration is called or taken back.
+func (ws *Waiters) WatchMany(mu sync.Locker, keys []string, fn func(i int)) (stop func(i int)) {
+	type reg struct {
+		g  *generation
+		id uint64
+	}
+	regs := make([]reg, len(keys))
+	gens := make([]generation, len(keys)) // for the keys that have none
+	slots := make([]watch, len(keys))     // the first watch of each new generation
+	for i, key := range keys {
+		if ws.m == nil {
+			ws.m = make(map[string]*generation, len(keys))
 		}
-		g.watches = slices.Delete(g.watches, i, i+1)
-		ws.leave(key, g)
+		g := ws.m[key]
+		if g == nil {
+			g = &gens[i]
+			g.watches = slots[i : i : i+1]
+			ws.m[key] = g
+		}
+		g.n++
+		g.next++
+		g.watches = append(g.watches, watch{id: g.next, many: fn, i: i})
+		regs[i] = reg{g, g.next}
+	}
+	return func(i int) {
+		mu.Lock()
+		defer mu.Unlock()
+		ws.unwatch(keys[i], regs[i].g, regs[i].id)
 	}
 }

@@ -85,3 +85,39 @@ func TestWatch(t *testing.T) {
 		t.Errorf("%d keys still have waiters", ws.Len())
 	}
 }
+
+// TestWatchMany: each key's registration is called once by the next
+// announcement on its key, with its index; one taken back is not called
+// and leaves nothing behind; stop may be called twice, and after the call.
+func TestWatchMany(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		ws    Waiters
+		calls = map[int]int{}
+	)
+	mu.Lock()
+	other := ws.Watch(&mu, "b", func() {}) // b has a generation already
+	stop := ws.WatchMany(&mu, []string{"a", "b", "gone"}, func(i int) { calls[i]++ })
+	mu.Unlock()
+	stop(2)
+	stop(2)
+	if ws.Has("gone") {
+		t.Error("a watch taken back is still registered")
+	}
+	mu.Lock()
+	ws.Wake("a")
+	ws.Wake("a")
+	ws.Wake("b")
+	ws.Wake("gone")
+	mu.Unlock()
+	if calls[0] != 1 || calls[1] != 1 || len(calls) != 2 {
+		t.Errorf("calls by index %v, want 0 and 1 called once each", calls)
+	}
+	for i := range 3 {
+		stop(i)
+	}
+	other()
+	if ws.Len() != 0 {
+		t.Errorf("%d keys still have waiters", ws.Len())
+	}
+}

@@ -39,6 +39,9 @@ func (quiet) Printf(context.Context, string, ...any) {}
 // remoteTimeouts holds the Redis call deadline of tests that need a short one.
 var remoteTimeouts sync.Map
 
+// remoteLive holds the LivePeriod of the Remotes of tests that set one.
+var remoteLive sync.Map
+
 type replica struct {
 	cache  *herd.Cache[string]
 	remote *redisstore.Remote
@@ -56,7 +59,11 @@ func fleet(t testing.TB, n int, newClient func() redis.UniversalClient, tune fun
 		if o, ok := remoteTimeouts.Load(t.Name()); ok {
 			timeout = o.(time.Duration)
 		}
-		r, err := redisstore.New(redisstore.Options{Client: newClient(), Prefix: prefix, Timeout: timeout})
+		var live time.Duration
+		if p, ok := remoteLive.Load(t.Name()); ok {
+			live = p.(time.Duration)
+		}
+		r, err := redisstore.New(redisstore.Options{Client: newClient(), Prefix: prefix, Timeout: timeout, LivePeriod: live})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/limiter"
 	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 	"github.com/herdcache/herd/remote/keyspace"
 )
@@ -184,7 +185,17 @@ func troubled(err error) bool {
 // what each expiry costs: loads, lease acquisitions and round trips to
 // Redis. The physical limit is one load and, with a lease, one acquisition
 // per replica per expiry; the rest of the time a replica serves from memory.
-func TestLeaseAttemptsPerExpiry(t *testing.T) {
+func TestLeaseAttemptsPerExpiry(t *testing.T) { leaseAttemptsPerExpiry(t) }
+
+// TestLeaseAttemptsPerExpiryLive is TestLeaseAttemptsPerExpiry with the
+// Remotes' heartbeats on (LivePeriod 1s): the copies are trusted past
+// NearTTL, so the replicas read Redis for the changes alone.
+func TestLeaseAttemptsPerExpiryLive(t *testing.T) {
+	remoteLive.Store(t.Name(), redisstore.DefaultLivePeriod)
+	leaseAttemptsPerExpiry(t)
+}
+
+func leaseAttemptsPerExpiry(t *testing.T) {
 	const (
 		replicas  = 20
 		rate      = 50 // Gets per second offered to each replica

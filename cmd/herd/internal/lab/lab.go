@@ -52,7 +52,7 @@ var LayerDocs = map[string]string{
 	"static-default": "slow-origin: lease and stale serving, and limiter.DefaultOptions(32) per replica",
 	"static-tuned":   "slow-origin: lease and stale serving, and limiter.DefaultOptions(capacity ÷ replicas) per replica: tuned for the healthy database",
 	"adaptive": "slow-origin: lease and stale serving, and an adaptive limit per replica between half the tuned one (at least 2) and 32 " +
-		"(MinLimit, Reserve 1), shedding Low-priority misses and refreshes by latency past the queue timeout (ShedLatency)",
+		"(MinLimit, Reserve 1), shedding Low-priority misses and refreshes once the queue's wait and the database's latency exceed 1.5× the queue timeout (ShedLatency)",
 }
 
 // Presets are the named configurations of --preset, each reproducing a

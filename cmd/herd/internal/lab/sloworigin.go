@@ -65,11 +65,15 @@ func slowRungOptions(rung string, capacity, replicas int, queueTimeout time.Dura
 		o = limiter.DefaultOptions(32)
 		o.Reserve = 1
 		o.MinLimit = max(2, capacity/replicas/2)
-		// Low-priority work is shed by latency only once the store or the
-		// queue is slower than the queue timeout: what would be shed by
-		// it anyway. Shed earlier, a cold-key miss that the database could
-		// still answer in time is lost.
-		o.ShedLatency = queueTimeout
+		// A Low-priority miss is let in only while the queue's wait and
+		// the store's latency together fit in three quarters of the
+		// client's timeout (1.5× the queue timeout): once the database is
+		// 5× slower, a cold miss that waited out most of the queue
+		// timeout would reach it only to be answered after its client
+		// gave up, and would take a call from one that can still be
+		// answered in time. Any lower, and misses the database could still
+		// answer in time are shed.
+		o.ShedLatency = 3 * queueTimeout / 2
 	}
 	o.QueueTimeout = queueTimeout
 	return o

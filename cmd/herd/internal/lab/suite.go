@@ -205,7 +205,8 @@ func openPostgres(ctx context.Context, dsn string, capacity int) (*pgxpool.Pool,
 }
 
 // openPool connects a pool of size connections of cfg, all opened before
-// it returns.
+// it returns. When the server refuses one (it allows fewer connections
+// than size, or is down), it returns the error, having closed the pool.
 func openPool(ctx context.Context, cfg *pgxpool.Config, size int) (*pgxpool.Pool, error) {
 	cfg.MaxConns = int32(size)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -216,18 +217,23 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, size int) (*pgxpool.Pool
 	defer cancel()
 	// Open every connection now, so that no measured call pays for one.
 	conns := make([]*pgxpool.Conn, 0, size)
-	defer func() {
-		for _, c := range conns {
-			c.Release()
-		}
-	}()
 	for range size {
 		c, err := pool.Acquire(pctx)
 		if err != nil {
+			err = fmt.Errorf("lab: --origin-postgres: opening connection %d of %d: %w", len(conns)+1, size, err)
+			// Close waits for every acquired connection to be released.
+			releaseAll(conns)
 			pool.Close()
-			return nil, fmt.Errorf("lab: --origin-postgres: %w", err)
+			return nil, err
 		}
 		conns = append(conns, c)
 	}
+	releaseAll(conns)
 	return pool, nil
+}
+
+func releaseAll(conns []*pgxpool.Conn) {
+	for _, c := range conns {
+		c.Release()
+	}
 }
