@@ -252,7 +252,7 @@ func TestEveryField(t *testing.T) {
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
-		WriteBackErrors: 48, LeaseWaitsAbandoned: 49,
+		WriteBackErrors: 48, LeaseWaitsAbandoned: 49, LocalWeight: 51,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: observe.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
@@ -310,6 +310,7 @@ func TestEveryField(t *testing.T) {
 		{"herd.write_back.failures", attribute.String("herd.reason", "encode"), 23},
 		{"herd.write_back.failures", attribute.String("herd.reason", "write"), 48},
 		{"herd.in_flight", cache, 24},
+		{"herd.local.weight", cache, 51},
 		{"herd.loads_running", cache, 25},
 		{"herd.key.concurrency", cache, 26},
 		{"herd.key.concurrency_max", cache, 27},
@@ -346,8 +347,8 @@ func TestEveryField(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.kv.Value.String(), got, c.want)
 		}
 	}
-	if n := len(ms); n != 40 {
-		t.Errorf("%d instruments observed, want 40", n)
+	if n := len(ms); n != 41 {
+		t.Errorf("%d instruments observed, want 41", n)
 	}
 }
 

@@ -402,7 +402,7 @@ func fullStats() *fakeSource {
 		LeaseAcquired: 11, LeaseContended: 12, LeaseWaitTimeouts: 13, LeaseExtended: 14,
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
-		WriteBackErrors: 48, LeaseWaitsAbandoned: 49,
+		WriteBackErrors: 48, LeaseWaitsAbandoned: 49, LocalWeight: 51,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: observe.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34, ShedLatency: 50, Latency: 250 * time.Millisecond, NoLoadLatency: 125 * time.Millisecond,
@@ -478,6 +478,8 @@ func TestEveryField(t *testing.T) {
 		herd_write_back_failures_total{cache="c",reason="write"} 48
 		# TYPE herd_in_flight gauge
 		herd_in_flight{cache="c"} 24
+		# TYPE herd_local_weight gauge
+		herd_local_weight{cache="c"} 51
 		# TYPE herd_loads_running gauge
 		herd_loads_running{cache="c"} 25
 		# TYPE herd_key_concurrency gauge
@@ -554,8 +556,8 @@ func TestEveryField(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(withHelp(t, want))); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 69 {
-		t.Errorf("GatherAndCount = %d, %v; want 69 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 70 {
+		t.Errorf("GatherAndCount = %d, %v; want 70 series", n, err)
 	}
 }
 
@@ -572,8 +574,8 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(col); n != 69 {
-		t.Errorf("%d series linted, want 69", n)
+	if n := testutil.CollectAndCount(col); n != 70 {
+		t.Errorf("%d series linted, want 70", n)
 	}
 }
 

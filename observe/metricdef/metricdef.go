@@ -199,6 +199,8 @@ var Metrics = []Metric{
 		Help: "Loads running now in this process, all keys together."},
 	{Name: "in_flight", Kind: Gauge, Unit: "{flight}", Series: one("InFlight"),
 		Help: "Flights (coalesced loads, with their waiting callers) running now."},
+	{Name: "local.weight", Kind: Gauge, Unit: "{weight}", Series: one("LocalWeight"),
+		Help: "The weight the local tier holds now, as Options.Weigher gives it; zero without MaxWeight."},
 	{Name: "lease.events", Kind: Counter, Unit: "{event}", Label: "event",
 		Help: "Cross-replica lease events: acquired (this replica loads), contended (another replica held it), " +
 			"wait_timeout (a waiting loser gave up at LeaseWait), wait_abandoned (a waiting loser's caller left first), " +
