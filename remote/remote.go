@@ -258,6 +258,10 @@ type Notice struct {
 // Store until the Live of the last proof, and falls back to NearTTL
 // revalidation after it; one whose Store is only a Notifier re-reads each
 // copy once per NearTTL.
+//
+// Such a Cache subscribes through SubscribeLive alone: a Store that wraps a
+// LiveNotifier by embedding it and overrides Subscribe must override
+// SubscribeLive the same way, or its Subscribe is never called.
 type LiveNotifier interface {
 	Notifier
 	// SubscribeLive does what [Notifier.Subscribe] does, and also calls

@@ -24,7 +24,18 @@ type watched struct {
 }
 
 func (w *watched) Subscribe(fn func(remote.Notice)) (stop func()) {
-	return w.Remote.Subscribe(func(n remote.Notice) {
+	return w.Remote.Subscribe(w.wrap(fn))
+}
+
+// SubscribeLive is the cache's subscription when the Remote proves its
+// notices live; it must be wrapped as Subscribe is, or the cache bypasses
+// the watch.
+func (w *watched) SubscribeLive(fn func(remote.Notice)) (stop func()) {
+	return w.Remote.SubscribeLive(w.wrap(fn))
+}
+
+func (w *watched) wrap(fn func(remote.Notice)) func(remote.Notice) {
+	return func(n remote.Notice) {
 		fn(n)
 		switch {
 		case n == remote.Notice{}:
@@ -33,7 +44,7 @@ func (w *watched) Subscribe(fn func(remote.Notice)) (stop func()) {
 		case n.Key == w.marker && n.Dropped:
 			signal(w.marked)
 		}
-	})
+	}
 }
 
 func signal(ch chan struct{}) {

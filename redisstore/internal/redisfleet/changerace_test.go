@@ -744,6 +744,12 @@ func (g *gatedStore) Subscribe(fn func(remote.Notice)) (stop func()) {
 	return g.Remote.Subscribe(g.notices.wrap(fn))
 }
 
+// SubscribeLive is the cache's subscription when the Remote proves its
+// notices live; it is gated as Subscribe is.
+func (g *gatedStore) SubscribeLive(fn func(remote.Notice)) (stop func()) {
+	return g.Remote.SubscribeLive(g.notices.wrap(fn))
+}
+
 // noticeGate holds notices on their way to the cache while held, and hands
 // each to handled (when there is room) once the cache has handled it.
 type noticeGate struct {
