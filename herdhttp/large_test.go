@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,20 +140,34 @@ func stored(cacheStatus string) bool {
 }
 
 // Many distinct misses of large bodies, from several clients at once,
-// leave the local tier within MaxBytes: what it accounts for (bodies,
-// fields and a fixed 160 bytes or so per entry) never passes the budget
-// once its maintenance has run.
+// leave the process's live heap within 1.5× MaxBytes plus a fixed
+// allowance (boundSlack: the servers, the clients and their idle
+// connections' buffers), where the bodies fetched add up to six times
+// the budget: the bound is on memory, not on the tier's own accounting,
+// so an entry whose weight leaves its body out, or a tier that keeps
+// what it should drop, fails it. The tier's weight is checked too.
 func TestBoundedUnderDistinctMisses(t *testing.T) {
-	const budget = 1 << 20
+	const budget = 4 << 20
+	const boundSlack = 4 << 20
 	lb := newLoopback(t, &herdhttp.Options{MaxBytes: budget, MaxBodyBytes: budget}, &sizedOrigin{})
-	const clients, each = 4, 40
+	before := liveHeap()
+	const clients, each = 4, 60
+	sizes := []int{60 << 10, 100 << 10, 140 << 10, 200 << 10}
+	total := 0
+	for c := range clients {
+		for i := range each {
+			total += sizes[(i+c)%4]
+		}
+	}
+	if total < 6*budget {
+		t.Fatalf("the misses fetch %d bytes; want at least six budgets", total)
+	}
 	done := make(chan struct{})
 	for c := range clients {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := range each {
-				// Sizes from light to a quarter of the budget.
-				n := []int{900, 8 << 10, 60 << 10, 200 << 10}[(i+c)%4]
+				n := sizes[(i+c)%4]
 				resp, err := lb.proxy.Client().Get(fmt.Sprintf("%s/%d?c=%d&i=%d", lb.proxy.URL, n, c, i))
 				if err != nil {
 					t.Error(err)
@@ -166,7 +181,24 @@ func TestBoundedUnderDistinctMisses(t *testing.T) {
 	for range clients {
 		<-done
 	}
+	// Reading the tier's weight runs its pending maintenance, where it
+	// drops what it does not keep.
 	if w := lb.h.LocalWeight(); w > budget || w == 0 {
 		t.Errorf("after %d distinct misses of up to 200 KiB, the local tier holds %d bytes; want some, at most %d", clients*each, w, budget)
 	}
+	grown := int64(liveHeap()) - int64(before)
+	t.Logf("%d bytes fetched, the live heap grew by %d", total, grown)
+	if limit := int64(budget + budget/2 + boundSlack); grown > limit {
+		t.Errorf("after %d distinct misses (%d bytes), the live heap grew by %d bytes; want at most %d (1.5×MaxBytes + %d)", clients*each, total, grown, limit, boundSlack)
+	}
+	runtime.KeepAlive(lb)
+}
+
+// liveHeap is the bytes of live heap objects, after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

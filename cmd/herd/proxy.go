@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -54,12 +56,20 @@ Flags:
                    the most requests to the service at once for answers
                    that may be stored (default 256); a request that finds
                    no slot within --queue-timeout is answered 503 with
-                   Retry-After. 0 means no cap
+                   Retry-After. At most twice N requests are answered
+                   at once: one past that is answered 503 with
+                   Retry-After at once. 0 means no cap on either
   --queue-timeout D
                    how long a request waits for such a slot (default 1s)
   --max-bytes N    the bytes of responses kept in memory (default 67108864,
-                   64 MiB); bodies are stored up to 1 MiB, at most N/4
+                   64 MiB); bodies are stored up to 1 MiB, at most N/4.
+                   Unless GOMEMLIMIT is set, the Go heap is held near
+                   1.5 N + 64 MiB
 ` + opsUsage
+
+// memOverhead is the memory herd proxy may use beyond 1.5× --max-bytes:
+// the runtime, connections' buffers and the fetches in flight.
+const memOverhead = 64 << 20
 
 // proxyTimeout bounds the Redis check at start and the shutdown.
 const proxyTimeout = 10 * time.Second
@@ -147,7 +157,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		_ = h.Close(context.Background())
 		return exitFail
 	}
-	srv := &http.Server{Handler: op.wrap(h), ReadHeaderTimeout: proxyTimeout}
+	srv := &http.Server{Handler: op.wrap(admit(h, *maxConc)), ReadHeaderTimeout: proxyTimeout}
 	fmt.Fprintf(stdout, "herd proxy: serving http://%s, caching %s\n", ln.Addr(), up)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -202,6 +212,30 @@ func validFieldName(s string) bool {
 	return true
 }
 
+// admit caps the requests h answers at once at 2×conc: as many again as
+// the fetches --max-concurrency lets through may wait for one. A request
+// past the cap is answered 503 with Retry-After at once, so that
+// a flood of misses costs a bounded number of goroutines, connections'
+// buffers and fetch buffers rather than queueing without bound in the
+// server. conc 0 means no cap.
+func admit(h http.Handler, conc int) http.Handler {
+	if conc == 0 {
+		return h
+	}
+	slots := make(chan struct{}, 2*conc)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			h.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Cache-Status", "herd; fwd=bypass; detail=overloaded")
+			http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
+		}
+	})
+}
+
 // quietRedis drops go-redis's own log lines (pool dial errors).
 type quietRedis struct{}
 
@@ -214,6 +248,12 @@ func setBounds(o *herdhttp.Options, conc int, queue time.Duration, maxBytes int6
 		return fmt.Errorf("--max-concurrency must not be negative, --queue-timeout and --max-bytes must be positive")
 	}
 	o.MaxBytes = maxBytes
+	// Go's collector lets the heap grow to twice what is live: held to
+	// 1.5× the budget plus a fixed allowance, the heap of a full cache
+	// stays near it (a soft limit, unless GOMEMLIMIT is set).
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(maxBytes + maxBytes/2 + memOverhead)
+	}
 	if conc == 0 {
 		return nil
 	}

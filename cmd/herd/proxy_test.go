@@ -297,3 +297,61 @@ func TestProxyMaxConcurrency(t *testing.T) {
 		t.Errorf("GET /a = %q; want %q", body, "page /a")
 	}
 }
+
+// TestProxyAdmitsTwiceMaxConcurrency holds the service's one slot with a
+// request it does not answer, under a queue timeout no test waits for:
+// of two more requests, at most 2×--max-concurrency being answered at
+// once, one waits for the slot and the other is answered 503 with
+// Retry-After at once, without reaching the service. Once the service
+// lets go, the first two are answered.
+func TestProxyAdmitsTwiceMaxConcurrency(t *testing.T) {
+	gate := make(chan struct{})
+	o := newOrigin(t, gate)
+	base := startProxy(t, "--upstream", o.url, "--max-concurrency", "1", "--queue-timeout", "1h")
+	type answer struct {
+		path       string
+		code       int
+		retryAfter string
+	}
+	answers := make(chan answer, 3)
+	get := func(path string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Error(err)
+			answers <- answer{path: path}
+			return
+		}
+		resp, err := proxyClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			answers <- answer{path: path}
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		answers <- answer{path, resp.StatusCode, resp.Header.Get("Retry-After")}
+	}
+	go get("/a")
+	<-o.entered
+	go get("/b")
+	go get("/c")
+	var shed answer // before the gate opens, only a shed request is answered
+	select {
+	case shed = <-answers:
+	case <-time.After(proxyDeadline):
+		close(gate)
+		t.Fatalf("no answer in %v while /a holds the only slot; want one of /b, /c shed at once", proxyDeadline)
+	}
+	if shed.code != http.StatusServiceUnavailable || shed.retryAfter == "" {
+		t.Errorf("GET %s while /a holds the only slot and another waits: %d, Retry-After %q; want 503 with Retry-After", shed.path, shed.code, shed.retryAfter)
+	}
+	close(gate)
+	for range 2 {
+		if a := <-answers; a.code != http.StatusOK {
+			t.Errorf("GET %s: %d; want 200 once the service answers", a.path, a.code)
+		}
+	}
+	if n := o.n.Load(); n != 2 {
+		t.Errorf("the service received %d requests; want 2 (the shed one never reaches it)", n)
+	}
+}
