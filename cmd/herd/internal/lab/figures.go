@@ -80,6 +80,9 @@ var Figures = []Figure{
 	{"db_mean_inflight", "mean database calls in flight while overloaded",
 		"the time-weighted mean of the database calls in flight in the healthy and recovered phases, past their first quarter"},
 	{"goodput", "goodput (requests/s)", "requests answered within their client timeout, per second of the run"},
+	{"goodput_healthy_pct", "answered in time while healthy (%)", "the share of requests started in the healthy phase (the first 40% of the run) answered within their client timeout"},
+	{"goodput_slow_pct", "answered in time while 5× slower (%)", "the share of requests started in the slow phase (40% to 70% of the run) answered within their client timeout"},
+	{"goodput_recovered_pct", "answered in time after recovery (%)", "the share of requests started in the recovered phase (the last 30% of the run) answered within their client timeout"},
 	{"shed_latency", "shed by latency",
 		"calls the limiters shed because the database's latency or the queue's wait was above ShedLatency (limiter.Stats.ShedLatency; the adaptive rung only)"},
 	// limiter and above

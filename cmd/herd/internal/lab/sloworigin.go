@@ -427,12 +427,14 @@ func slowMeasure(rung string, d time.Duration, capacity int, calls []dbCall, req
 	r := Run{Scenario: slowScenario, Layer: rung, Requests: int64(len(reqs)), OriginCalls: int64(len(calls)), Extra: map[string]float64{}}
 	var lat []time.Duration
 	good := 0
-	goodBy := make([]int, slowSlices)
+	goodBy, offeredBy := make([]int, slowSlices), make([]int, slowSlices)
 	for _, q := range reqs {
+		slice := min(slowSlices-1, max(0, int(q.start*slowSlices/d)))
+		offeredBy[slice]++
 		switch {
 		case q.err == nil:
 			good++
-			goodBy[min(slowSlices-1, max(0, int(q.start*slowSlices/d)))]++
+			goodBy[slice]++
 			lat = append(lat, q.end-q.start)
 		case errors.Is(q.err, herd.ErrOverloaded):
 		default:
@@ -494,6 +496,20 @@ func slowMeasure(rung string, d time.Duration, capacity int, calls []dbCall, req
 	r.Extra["db_p99_slow_ms"] = msOf(quantile(slow, 0.99))
 	r.Extra["db_mean_inflight"] = m.inflight
 	r.Extra["goodput"] = m.goodput
+	// The share answered in time in each phase: healthy (slices of the
+	// first 40%), slow (to 70%), recovered.
+	for _, p := range []struct {
+		key      string
+		from, to int
+	}{{"goodput_healthy_pct", 0, 4 * slowSlices / 10}, {"goodput_slow_pct", 4 * slowSlices / 10, 7 * slowSlices / 10}, {"goodput_recovered_pct", 7 * slowSlices / 10, slowSlices}} {
+		g, n := 0, 0
+		for i := p.from; i < p.to; i++ {
+			g, n = g+goodBy[i], n+offeredBy[i]
+		}
+		if n > 0 {
+			r.Extra[p.key] = 100 * float64(g) / float64(n)
+		}
+	}
 	return r, m
 }
 
