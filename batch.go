@@ -91,7 +91,7 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 				continue
 			}
 		}
-		if at.add(key, i) {
+		if at.add(key, i, len(keys)) {
 			missed = append(missed, key)
 		}
 	}
@@ -106,10 +106,10 @@ type positions struct {
 }
 
 // add records that key sits at i, and reports whether it is the key's
-// first position.
-func (p *positions) add(key string, i int) bool {
+// first position; n is how many keys the call has, the most it can miss.
+func (p *positions) add(key string, i, n int) bool {
 	if p.first == nil {
-		p.first = make(map[string]int)
+		p.first = make(map[string]int, n-i) // the keys from i on
 	}
 	if _, dup := p.first[key]; !dup {
 		p.first[key] = i
@@ -185,7 +185,7 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at positions
 func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoadFunc[V], co callOpts, count bool) []flight.Result[*entry[V]] {
 	var (
 		mu  sync.Mutex
-		ran = make(map[string]bool) // the keys this call's fill counts
+		ran = make(map[string]bool, len(missed)) // the keys this call's fill counts
 	)
 	res := c.flyMany(ctx, missed, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
 		mu.Lock()

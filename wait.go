@@ -46,6 +46,10 @@ type completion struct {
 	end   func()
 	endAt func(int)
 	at    int
+	// slot is the place, plus one, in its batch's waits of the wait that
+	// waits on the completion; 0 while none does. Written and read on that
+	// batch's goroutine alone.
+	slot int
 }
 
 // fire records that the completion came, once.
@@ -209,17 +213,19 @@ type waiter[V any] struct {
 	// answer is what the move was answered.
 	answer answer[V]
 	done   bool
+	// slot is the wait's place, plus one, in its batch's waits.
+	slot int
 }
 
 // waits is the batch's wait for its losers' holders.
 type waits[V any] struct {
 	b *batchFill[V]
-	// live holds the waits not ended (and some ended since it was last
-	// swept), left counts those not ended; by maps each one's
-	// registration to it.
+	// all holds the waits, each at its slot less one; live holds the
+	// waits not ended (and some ended since it was last swept), left
+	// counts those not ended. A wait's registration holds its slot.
+	all  []waiter[V]
 	live []*waiter[V]
 	left int
-	by   map[*completion]*waiter[V]
 	// timer fires at the earliest next of the waits.
 	timer *time.Timer
 	at    time.Time
@@ -234,13 +240,12 @@ type waits[V any] struct {
 // waits on would stall each other until LeaseWait.
 func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	c := b.c
-	ws := &waits[V]{b: b, by: make(map[*completion]*waiter[V], len(ls))}
+	ws := &waits[V]{b: b, all: make([]waiter[V], len(ls))}
 	_, watcher := c.cfg.Lease.(remote.Watcher)
 	now := time.Now()
-	all := make([]waiter[V], len(ls))
 	for i, l := range ls {
-		wt := &all[i]
-		*wt = waiter[V]{f: l.f, until: l.a.until, start: now, deadline: now.Add(c.cfg.LeaseWait), backoff: minWaitBackoff}
+		wt := &ws.all[i]
+		*wt = waiter[V]{f: l.f, until: l.a.until, start: now, deadline: now.Add(c.cfg.LeaseWait), backoff: minWaitBackoff, slot: i + 1}
 		_, wt.end = c.span(ctx, "herd.lease_wait", l.f.key)
 		first := minWaitBackoff
 		if !watcher {
@@ -261,7 +266,7 @@ func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 		select {
 		case <-b.wakes.signal:
 			for _, w := range b.wakes.take() {
-				if wt := ws.by[w]; wt != nil && !wt.done && wt.w == w {
+				if wt := ws.of(w); wt != nil && !wt.done {
 					due = append(due, wt)
 				}
 			}
@@ -289,13 +294,24 @@ func (wt *waiter[V]) schedule(now time.Time, d time.Duration) time.Time {
 // add makes w the registration wt waits on.
 func (ws *waits[V]) add(wt *waiter[V], w *completion) {
 	if wt.w != nil {
-		delete(ws.by, wt.w)
+		wt.w.slot = 0
 		wt.w.stop()
 	}
 	wt.w = w
 	if w != nil {
-		ws.by[w] = wt
+		w.slot = wt.slot
 	}
+}
+
+// of returns the wait that waits on w, or nil when none does.
+func (ws *waits[V]) of(w *completion) *waiter[V] {
+	if w.slot == 0 {
+		return nil
+	}
+	if wt := &ws.all[w.slot-1]; wt.w == w {
+		return wt
+	}
+	return nil
 }
 
 // arm sets the timer for the earliest next of the live waits.

@@ -718,11 +718,20 @@ func TestHotKeyNotStarved(t *testing.T) {
 		t.Fatalf("the hot key never went past its soft TTL in %v: nothing was judged", end.Sub(start))
 	}
 	tk := tasks.summary()
-	highWait, measured := tk.longestWait, tk.loaded > 0
+	highWait, took, measured := tk.longestWait, tk.longestRun, tk.loaded > 0
 	if !measured {
-		highWait = time.Second // the limiter's QueueTimeout
+		// The limiter's QueueTimeout, a load, and a load's time again for
+		// the Redis commands around it.
+		highWait = time.Second
+		took = highWait + 2*recompute
 	}
-	bound := (hard-soft)/2 + 2*recompute + highWait
+	// From half its stale window on, the first read starts a refresh that
+	// waits for a slot at High priority; the key is fresh again once that
+	// refresh has run. What a refresh takes is measured, not assumed: on a
+	// busy machine its wait, its Redis commands and its load (a 100 ms
+	// timer) each come late. One load's time more covers the read that
+	// starts it and the copy's way into the local tier.
+	bound := (hard-soft)/2 + took + recompute
 
 	t.Logf("%d workers for %v: %d hot Gets (%d failed: %d overloaded), %d cold Gets (%d failed)",
 		workers, end.Sub(start).Round(time.Millisecond), reads.n, reads.failed, reads.overloaded, coldGets.Load(), coldFailed.Load())
@@ -736,7 +745,7 @@ func TestHotKeyNotStarved(t *testing.T) {
 		hotAcquires[acquireGranted].Load(), hotAcquires[acquireFound].Load(), hotAcquires[acquireHeld].Load(), hotAcquires[0].Load(),
 		s.LeaseAcquired+s.LeaseContended-before.LeaseAcquired-before.LeaseContended, s.Loads-before.Loads)
 	if measured {
-		t.Logf("longest limiter wait of a refresh that loaded: %v (of %d)", highWait.Round(time.Millisecond), tk.loaded)
+		t.Logf("longest limiter wait of a refresh that loaded: %v, longest run: %v (of %d)", highWait.Round(time.Millisecond), took.Round(time.Millisecond), tk.loaded)
 	} else {
 		t.Logf("no refresh loaded, so none measured a limiter wait: the bound uses the limiter's QueueTimeout, %v, as the longest High-priority wait", highWait)
 	}
@@ -751,8 +760,11 @@ func TestHotKeyNotStarved(t *testing.T) {
 		t.Error("no background refresh was shed: the cold misses did not hold the limiter")
 	}
 	if reads.longestStale > bound {
-		t.Errorf("the hot key was served %v past its soft TTL, want at most %v ((hard-soft)/2 %v + 2 loads %v + longest High-priority wait %v)",
-			reads.longestStale.Round(time.Millisecond), bound.Round(time.Millisecond), (hard-soft)/2, 2*recompute, highWait.Round(time.Millisecond))
+		t.Errorf("the hot key was served %v past its soft TTL, want at most %v ((hard-soft)/2 %v + longest refresh run %v + one load %v)",
+			reads.longestStale.Round(time.Millisecond), bound.Round(time.Millisecond), (hard-soft)/2, took.Round(time.Millisecond), recompute)
+	}
+	if highWait > time.Second {
+		t.Errorf("a refresh waited %v for a limiter slot at High priority, past the limiter's QueueTimeout (1s)", highWait.Round(time.Millisecond))
 	}
 	if gap >= hard-soft {
 		t.Errorf("the hot key stayed stale to its hard TTL: no fresh value until %v past its soft TTL (stale window %v)",
@@ -889,6 +901,7 @@ type refreshTasks struct {
 // its own goroutine, and read once it has ended.
 type refreshTask struct {
 	start     time.Time
+	end       time.Time
 	loadStart time.Time // zero when the refresh made no load
 	commands  int       // Redis commands sent
 	preLoad   int       // of those, sent before the load
@@ -906,6 +919,7 @@ func (r *refreshTasks) run(fn func()) {
 		r.running[id] = task
 		r.mu.Unlock()
 		defer func() {
+			task.end = time.Now()
 			r.mu.Lock()
 			delete(r.running, id)
 			r.ended = append(r.ended, task)
@@ -957,6 +971,10 @@ type refreshSummary struct {
 	// limiter slot: from its start to its load, less its Redis commands
 	// (and so with whatever time a busy machine kept it from running).
 	longestWait time.Duration
+	// longestRun is the longest time a refresh that loaded ran, from its
+	// start to its end: limiter wait, Redis commands, load and write-back,
+	// with whatever time a busy machine kept it from running.
+	longestRun time.Duration
 }
 
 // reset forgets the refreshes that have ended.
@@ -987,6 +1005,7 @@ func (r *refreshTasks) summary() refreshSummary {
 		s.loaded++
 		s.loadedCommands += task.preLoad
 		s.longestWait = max(s.longestWait, task.loadStart.Sub(task.start)-task.redis)
+		s.longestRun = max(s.longestRun, task.end.Sub(task.start))
 	}
 	return s
 }
