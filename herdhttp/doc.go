@@ -140,7 +140,9 @@
 //     connection over, both ways), a Transport's to the RoundTripper it
 //     wraps. Nothing about it is looked up or stored.
 //   - A client's If-None-Match (weak comparison), or If-Modified-Since
-//     when there is none, that a stored 200 meets is answered 304. A
+//     when there is none (compared with the stored Last-Modified, or with
+//     the stored Date when there is no Last-Modified), that a stored 200
+//     meets is answered 304. A
 //     single byte range (with If-Range, if any, holding) is served from a
 //     stored 200 as 206 or 416; several ranges are answered with the whole
 //     response; a Range that nothing stored answers is passed to the

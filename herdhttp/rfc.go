@@ -134,7 +134,8 @@ func staleOnError(e *entry, now int64) bool {
 
 // notModified reports whether r's conditions (RFC 9110 §13.1.2, §13.1.3)
 // say that the client's copy is current: If-None-Match, or when it is
-// absent If-Modified-Since.
+// absent If-Modified-Since, evaluated against the stored response's
+// Last-Modified or, when it has none, its Date (RFC 9111 §4.3.2).
 func notModified(r *http.Request, h http.Header) bool {
 	if inm := r.Header.Get("If-None-Match"); inm != "" {
 		etag := h.Get("ETag")
@@ -153,7 +154,11 @@ func notModified(r *http.Request, h http.Header) bool {
 	if !ok {
 		return false
 	}
-	lm, ok := parseHTTPDate(h.Get("Last-Modified"))
+	last := h.Get("Last-Modified")
+	if _, has := h["Last-Modified"]; !has {
+		last = h.Get("Date")
+	}
+	lm, ok := parseHTTPDate(last)
 	return ok && !lm.After(ims)
 }
 

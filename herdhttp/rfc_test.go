@@ -202,6 +202,11 @@ func TestNotModified(t *testing.T) {
 		{name: "If-Modified-Since met", req: []string{"If-Modified-Since: " + lm}, stored: []string{"Last-Modified: " + lm}, want: true},
 		{name: "If-Modified-Since before", req: []string{"If-Modified-Since: Thu, 01 Jan 2026 00:00:00 GMT"}, stored: []string{"Last-Modified: " + lm}, want: false},
 		{name: "If-Modified-Since invalid", req: []string{"If-Modified-Since: yesterday"}, stored: []string{"Last-Modified: " + lm}, want: false},
+		{name: "If-Modified-Since, no Last-Modified: Date met", req: []string{"If-Modified-Since: " + lm}, stored: []string{"Date: " + lm}, want: true},
+		{name: "If-Modified-Since, no Last-Modified: Date later", req: []string{"If-Modified-Since: " + lm}, stored: []string{"Date: Sat, 03 Jan 2026 00:00:00 GMT"}, want: false},
+		{name: "If-Modified-Since, Last-Modified later than Date", req: []string{"If-Modified-Since: " + lm}, stored: []string{"Date: " + lm, "Last-Modified: Sat, 03 Jan 2026 00:00:00 GMT"}, want: false},
+		{name: "If-Modified-Since, invalid Last-Modified", req: []string{"If-Modified-Since: " + lm}, stored: []string{"Date: " + lm, "Last-Modified: yesterday"}, want: false},
+		{name: "If-Modified-Since, neither Last-Modified nor Date", req: []string{"If-Modified-Since: " + lm}, want: false},
 		{name: "no conditions", stored: []string{`ETag: "a"`}, want: false},
 	} {
 		r := &http.Request{Header: fields(tc.req...)}
