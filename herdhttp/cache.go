@@ -411,6 +411,11 @@ func (c *engine) lead(f *fetch, accept herd.AcceptFunc[*entry]) {
 		// began (its client may have seen it fail already): fetch anew.
 		e, err = c.hc.Get(ctx, f.key, f.load, herd.Accept(accept))
 	}
+	if err == nil && !f.used.Load() && e.kind == kindPass && e.reason == reasonAuthorization {
+		// The Get joined another request's fetch, which passed because of
+		// that request's Authorization: this one's own may be stored.
+		e, err = c.hc.Get(ctx, f.key, f.load, herd.Accept(accept))
+	}
 	// Forgotten before it ends: a request made after a reader saw the end
 	// asks the tiers, which hold what this fetch stored.
 	c.fl.remove(f.key, f.s)

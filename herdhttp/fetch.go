@@ -196,6 +196,11 @@ func (f *fetch) passOn(resp *http.Response, reason string, now int64) result {
 	if resp.StatusCode >= 500 {
 		ttl = min(ttl, errorPassTTL)
 	}
+	if f.s != nil {
+		// Forgotten first: a request that arrives from now on must not join
+		// a stream whose response goes to its leader alone.
+		f.c.fl.remove(f.key, f.s)
+	}
 	if f.s == nil || !f.s.handOff(resp) {
 		resp.Body.Close()
 	}

@@ -204,6 +204,10 @@ func openPostgres(ctx context.Context, dsn string, capacity int) (*pgxpool.Pool,
 	return pool, size, err
 }
 
+// poolOpenTimeout bounds the opening of a pool's connections: each costs
+// the server a process, which a busy machine starts slowly.
+const poolOpenTimeout = 20 * time.Second
+
 // openPool connects a pool of size connections of cfg, all opened before
 // it returns. When the server refuses one (it allows fewer connections
 // than size, or is down), it returns the error, having closed the pool.
@@ -213,7 +217,7 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, size int) (*pgxpool.Pool
 	if err != nil {
 		return nil, fmt.Errorf("lab: --origin-postgres: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, poolOpenTimeout)
 	defer cancel()
 	// Open every connection now, so that no measured call pays for one.
 	conns := make([]*pgxpool.Conn, 0, size)
