@@ -147,14 +147,34 @@ func (g *SentinelGroup) Master() *Node {
 
 // Failover asks a Sentinel for a failover (SENTINEL FAILOVER), as an
 // operator would, and waits until the group agrees on the replica as its
-// new master, which it returns.
+// new master, which it returns. A failover that the Sentinel abandons (a
+// promotion not seen within its failover-timeout, on a busy machine) is
+// asked for again, as an operator would: only while that Sentinel still
+// names the old master, so that a failover that succeeded is never undone.
 func (g *SentinelGroup) Failover() *Node {
 	g.t.Helper()
 	old := g.Master()
-	g.await("SENTINEL FAILOVER to be accepted", func(ctx context.Context) error {
-		return g.clients[g.Sentinels[0].Addr].Do(ctx, "SENTINEL", "FAILOVER", MasterName).Err()
+	asked := g.clients[g.Sentinels[0].Addr]
+	var master *Node
+	g.await("a master other than "+old.Addr+" after SENTINEL FAILOVER", func(ctx context.Context) error {
+		m, err := g.agreed(ctx)
+		if err == nil && m != old {
+			master = m
+			return nil
+		}
+		a, aerr := asked.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MasterName).StringSlice()
+		if aerr == nil && len(a) == 2 && net.JoinHostPort(a[0], a[1]) == old.Addr {
+			// Refused with INPROG while a failover is under way.
+			if ferr := asked.Do(ctx, "SENTINEL", "FAILOVER", MasterName).Err(); ferr != nil && !strings.Contains(ferr.Error(), "INPROG") {
+				return fmt.Errorf("SENTINEL FAILOVER: %w", ferr)
+			}
+		}
+		if err == nil {
+			err = fmt.Errorf("%s is still the master", old.Addr)
+		}
+		return err
 	})
-	return g.AwaitPromotion(old)
+	return master
 }
 
 // AwaitPromotion waits until the group agrees on a master other than old
