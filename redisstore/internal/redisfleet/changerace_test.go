@@ -227,8 +227,11 @@ func (ty *raceTally) earlyErr(reader int, err error) {
 
 // waiterLeaseWait is the LeaseWait of lease-wait trials' waiter: shorter
 // than the holder's lease, so that only a wait InvalidateAll ended in time
-// keeps a Get from ErrLeaseTimeout.
-const waiterLeaseWait = 300 * time.Millisecond
+// keeps a Get from ErrLeaseTimeout, and long enough that what a Get does
+// after InvalidateAll (a lease attempt, its load) fits in it on a busy
+// machine, whose stalls of a few hundred milliseconds are not the chain of
+// waits this bounds.
+const waiterLeaseWait = time.Second
 
 // notMet is what a lease-wait trial returns when it judged nothing of the
 // promise: its waiter never met the holder's lease, or InvalidateAll came
