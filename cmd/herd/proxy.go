@@ -94,6 +94,13 @@ const (
 	memPerFetch = 64 << 10
 )
 
+// The defaults of --max-concurrency, --max-conns and --max-bytes.
+const (
+	defaultMaxConc  = 256
+	defaultMaxConns = 1024
+	defaultMaxBytes = 64 << 20
+)
+
 // memBound is the RSS herd proxy stays within, bodies in flight aside,
 // with the given flags; conns or conc 0 (no limit) has no bound: 0.
 func memBound(maxBytes int64, conns, conc int) int64 {
@@ -115,10 +122,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	redisAddr := fs.String("redis", "", "")
 	forward := fs.String("forward-fields", "keyed", "")
 	// Bounds under floods.
-	maxConc := fs.Int("max-concurrency", 256, "")
-	maxConns := fs.Int("max-conns", 1024, "")
+	maxConc := fs.Int("max-concurrency", defaultMaxConc, "")
+	maxConns := fs.Int("max-conns", defaultMaxConns, "")
 	queueTimeout := fs.Duration("queue-timeout", time.Second, "")
-	maxBytes := fs.Int64("max-bytes", 64<<20, "")
+	maxBytes := fs.Int64("max-bytes", defaultMaxBytes, "")
 	opsFlags := addOpsFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -289,7 +296,7 @@ func setBounds(o *herdhttp.Options, conc, conns int, queue time.Duration, maxByt
 	if os.Getenv("GOMEMLIMIT") == "" {
 		limit := memBound(maxBytes, conns, conc)
 		if limit == 0 {
-			limit = memBound(maxBytes, 1024, 256)
+			limit = memBound(maxBytes, defaultMaxConns, defaultMaxConc)
 		}
 		debug.SetMemoryLimit(limit - memFixed)
 	}
