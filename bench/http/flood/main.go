@@ -47,9 +47,10 @@ func main() {
 		lat  time.Duration
 	}
 	var (
-		mu      sync.Mutex
-		results []result
-		wg      sync.WaitGroup
+		mu       sync.Mutex
+		results  []result
+		firstErr error // the first request's error, if any
+		wg       sync.WaitGroup
 	)
 	var peakRSS int64
 	stop := make(chan struct{})
@@ -80,7 +81,13 @@ func main() {
 			defer wg.Done()
 			r := result{}
 			resp, err := client.Get(fmt.Sprintf("%s/flood/%s/%d", *base, run, i))
-			if err == nil {
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			} else {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				r.code = resp.StatusCode
@@ -126,6 +133,9 @@ func main() {
 			name = "503 without Retry-After"
 		}
 		fmt.Printf("  %-24s %6d  p50 %v p99 %v\n", name, counts[c], pct(byCode[c], 50), pct(byCode[c], 99))
+	}
+	if firstErr != nil {
+		fmt.Printf("first error: %v\n", firstErr)
 	}
 	if *pid != 0 {
 		fmt.Printf("proxy RSS peak %.1f MiB (sampled), VmHWM %.1f MiB\n", float64(peakRSS)/(1<<20), float64(hwm)/(1<<20))
