@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -427,4 +428,25 @@ func vmHWM(t *testing.T, pid int) int64 {
 	}
 	t.Fatalf("no VmHWM in /proc/%d/status", pid)
 	return 0
+}
+
+// TestMemBoundSaturates checks that memBound neither overflows on huge
+// flags nor states a bound without limits.
+func TestMemBoundSaturates(t *testing.T) {
+	for _, c := range []struct {
+		maxBytes    int64
+		conns, conc int
+		want        int64
+	}{
+		{math.MaxInt64, 1, 1, math.MaxInt64},
+		{1 << 20, math.MaxInt, 1, math.MaxInt64},
+		{1 << 20, 1, math.MaxInt, math.MaxInt64},
+		{1 << 20, 0, 1, 0},
+		{1 << 20, 1, 0, 0},
+		{2 << 20, 1, 1, 3<<20 + memFixed + memPerConn + memPerFetch},
+	} {
+		if got := memBound(c.maxBytes, c.conns, c.conc); got != c.want {
+			t.Errorf("memBound(%d, %d, %d) = %d; want %d", c.maxBytes, c.conns, c.conc, got, c.want)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -74,7 +75,8 @@ const memUsage = `The proxy's memory (RSS) stays within
   1.5 x max-bytes + 32 MiB + 40 KiB x max-conns + 64 KiB x max-concurrency
 (184 MiB with the defaults), plus the bodies of answers in flight; with
 --max-conns or --max-concurrency 0 it has no bound. Unless GOMEMLIMIT is
-set, the Go runtime's memory limit is 32 MiB under that bound.
+set, the Go runtime's memory limit is 32 MiB under that bound (under the
+bound of the default limits where there is none).
 `
 
 // The memory herd proxy is bounded by, beyond 1.5× --max-bytes (Go's
@@ -107,7 +109,27 @@ func memBound(maxBytes int64, conns, conc int) int64 {
 	if conns == 0 || conc == 0 {
 		return 0
 	}
-	return maxBytes + maxBytes/2 + memFixed + int64(conns)*memPerConn + int64(conc)*memPerFetch
+	b := satAdd(maxBytes, maxBytes/2)
+	b = satAdd(b, memFixed)
+	b = satAdd(b, satMul(int64(conns), memPerConn))
+	return satAdd(b, satMul(int64(conc), memPerFetch))
+}
+
+// satAdd is a+b for a, b ≥ 0, or math.MaxInt64 where that overflows.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// satMul is a×b for a ≥ 0 and b > 0, or math.MaxInt64 where that
+// overflows.
+func satMul(a, b int64) int64 {
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // proxyTimeout bounds the Redis check at start and the shutdown.
