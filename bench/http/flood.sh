@@ -8,10 +8,12 @@
 #
 # Defaults: 2000/s for 10s, origin delay 300ms (DELAY), bodies 16 KiB
 # (SIZE); herd proxy runs with its default bounds unless flags are given.
+# IDLE=N first opens N connections that make one request each and stay
+# open, idle, through the flood.
 set -euo pipefail
 RATE=${1:-2000} DUR=${2:-10s}
 shift $(( $# < 2 ? $# : 2 )); [ "${1:-}" = "--" ] && shift
-DELAY=${DELAY:-300ms} SIZE=${SIZE:-16384}
+DELAY=${DELAY:-300ms} SIZE=${SIZE:-16384} IDLE=${IDLE:-0}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/herd-flood.XXXXXX)
 pids=()
@@ -34,7 +36,7 @@ hp=$(freeport)
 pids+=($!)
 herdpid=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$hp/_stats" && break; sleep 0.1; done
-echo "herd proxy $* ; origin delay $DELAY, body $SIZE bytes; $RATE/s for $DUR"
+echo "herd proxy $* ; origin delay $DELAY, body $SIZE bytes; $RATE/s for $DUR; $IDLE idle connections"
 echo "proxy RSS before: $(awk '/VmRSS/ {print $2, $3}' /proc/$herdpid/status)"
-"$work/flood" -url "http://127.0.0.1:$hp" -rate "$RATE" -duration "$DUR" -pid "$herdpid"
+"$work/flood" -url "http://127.0.0.1:$hp" -rate "$RATE" -duration "$DUR" -pid "$herdpid" -idle "$IDLE"
 echo "origin: $(curl -s "http://$origin/_stats") (requests served, most at once)"

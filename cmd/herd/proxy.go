@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -61,15 +62,75 @@ Flags:
                    Retry-After at once. 0 means no cap on either
   --queue-timeout D
                    how long a request waits for such a slot (default 1s)
+  --max-conns N    the most client connections open at once (default
+                   1024); one past that waits, unserved, until one closes,
+                   and while one waits the proxy keeps no connection open
+                   past its answer. 0 means no limit
   --max-bytes N    the bytes of responses kept in memory (default 67108864,
                    64 MiB); bodies are stored up to 1 MiB, at most N/4.
-                   Unless GOMEMLIMIT is set, the Go heap is held near
-                   1.5 N + 64 MiB
-` + opsUsage
+` + opsUsage + "\n" + memUsage
 
-// memOverhead is the memory herd proxy may use beyond 1.5× --max-bytes:
-// the runtime, connections' buffers and the fetches in flight.
-const memOverhead = 64 << 20
+// memUsage states the memory bound of herd proxy; memBound computes it.
+const memUsage = `The proxy's memory (RSS) stays within
+  1.5 x max-bytes + 32 MiB + 40 KiB x max-conns + 64 KiB x max-concurrency
+(184 MiB with the defaults), plus the bodies of answers in flight; with
+--max-conns or --max-concurrency 0 it has no bound. Unless GOMEMLIMIT is
+set, the Go runtime's memory limit is 32 MiB under that bound (under the
+bound of the default limits where there is none).
+`
+
+// The memory herd proxy is bounded by, beyond 1.5× --max-bytes (Go's
+// collector lets the heap grow past what is live) and the bodies in
+// flight; memBound adds them up.
+const (
+	// memFixed is the runtime, the binary's pages, the admin listener and
+	// the cache's bookkeeping; it is also the headroom between the bound
+	// and Go's memory limit, a soft one.
+	memFixed = 32 << 20
+	// memPerConn is an open client connection: its goroutine's stack,
+	// its read and write buffers and a request header of up to
+	// maxHeaderBytes.
+	memPerConn = 40 << 10
+	// memPerFetch is a fetch from the service: the request waiting for
+	// its slot, its connection to the service and its buffers.
+	memPerFetch = 64 << 10
+)
+
+// The defaults of --max-concurrency, --max-conns and --max-bytes.
+const (
+	defaultMaxConc  = 256
+	defaultMaxConns = 1024
+	defaultMaxBytes = 64 << 20
+)
+
+// memBound is the RSS herd proxy stays within, bodies in flight aside,
+// with the given flags; conns or conc 0 (no limit) has no bound: 0.
+func memBound(maxBytes int64, conns, conc int) int64 {
+	if conns == 0 || conc == 0 {
+		return 0
+	}
+	b := satAdd(maxBytes, maxBytes/2)
+	b = satAdd(b, memFixed)
+	b = satAdd(b, satMul(int64(conns), memPerConn))
+	return satAdd(b, satMul(int64(conc), memPerFetch))
+}
+
+// satAdd is a+b for a, b ≥ 0, or math.MaxInt64 where that overflows.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// satMul is a×b for a ≥ 0 and b > 0, or math.MaxInt64 where that
+// overflows.
+func satMul(a, b int64) int64 {
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
 
 // proxyTimeout bounds the Redis check at start and the shutdown.
 const proxyTimeout = 10 * time.Second
@@ -83,9 +144,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	redisAddr := fs.String("redis", "", "")
 	forward := fs.String("forward-fields", "keyed", "")
 	// Bounds under floods.
-	maxConc := fs.Int("max-concurrency", 256, "")
+	maxConc := fs.Int("max-concurrency", defaultMaxConc, "")
+	maxConns := fs.Int("max-conns", defaultMaxConns, "")
 	queueTimeout := fs.Duration("queue-timeout", time.Second, "")
-	maxBytes := fs.Int64("max-bytes", 64<<20, "")
+	maxBytes := fs.Int64("max-bytes", defaultMaxBytes, "")
 	opsFlags := addOpsFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -109,7 +171,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "herd proxy: %v\n\n%s", err, proxyUsage)
 		return exitUsage
 	}
-	if err := setBounds(o, *maxConc, *queueTimeout, *maxBytes); err != nil {
+	if err := setBounds(o, *maxConc, *maxConns, *queueTimeout, *maxBytes); err != nil {
 		fmt.Fprintf(stderr, "herd proxy: %v\n\n%s", err, proxyUsage)
 		return exitUsage
 	}
@@ -157,7 +219,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		_ = h.Close(context.Background())
 		return exitFail
 	}
-	srv := &http.Server{Handler: op.wrap(admit(h, *maxConc)), ReadHeaderTimeout: proxyTimeout}
+	srv, ln := newServer(op.wrap(admit(h, *maxConc)), ln, *maxConns)
 	fmt.Fprintf(stdout, "herd proxy: serving http://%s, caching %s\n", ln.Addr(), up)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -242,17 +304,23 @@ type quietRedis struct{}
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // setBounds sets o's byte budget and its limiter on fetches from the
-// flags --max-concurrency, --queue-timeout and --max-bytes.
-func setBounds(o *herdhttp.Options, conc int, queue time.Duration, maxBytes int64) error {
-	if conc < 0 || queue <= 0 || maxBytes <= 0 {
-		return fmt.Errorf("--max-concurrency must not be negative, --queue-timeout and --max-bytes must be positive")
+// flags --max-concurrency, --max-conns, --queue-timeout and --max-bytes,
+// and Go's memory limit from them.
+func setBounds(o *herdhttp.Options, conc, conns int, queue time.Duration, maxBytes int64) error {
+	if conc < 0 || conns < 0 || queue <= 0 || maxBytes <= 0 {
+		return fmt.Errorf("--max-concurrency and --max-conns must not be negative, --queue-timeout and --max-bytes must be positive")
 	}
 	o.MaxBytes = maxBytes
-	// Go's collector lets the heap grow to twice what is live: held to
-	// 1.5× the budget plus a fixed allowance, the heap of a full cache
-	// stays near it (a soft limit, unless GOMEMLIMIT is set).
+	// Go's collector lets the heap grow to twice what is live: held under
+	// the bound, the heap of a full cache stays near 1.5× the budget (a
+	// soft limit, unless GOMEMLIMIT is set). Without a bound, it is held
+	// where the bound of the default limits would put it.
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(maxBytes + maxBytes/2 + memOverhead)
+		limit := memBound(maxBytes, conns, conc)
+		if limit == 0 {
+			limit = memBound(maxBytes, defaultMaxConns, defaultMaxConc)
+		}
+		debug.SetMemoryLimit(limit - memFixed)
 	}
 	if conc == 0 {
 		return nil

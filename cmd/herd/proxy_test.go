@@ -245,6 +245,7 @@ func TestProxyBadCommandLines(t *testing.T) {
 		{"proxy", "--upstream", "http://127.0.0.1:1", "--forward-fields", "X-A,,X-B"},
 		{"proxy", "--upstream", "http://127.0.0.1:1", "--forward-fields", "X A"},
 		{"proxy", "--upstream", "http://127.0.0.1:1", "--max-concurrency", "-1"},
+		{"proxy", "--upstream", "http://127.0.0.1:1", "--max-conns", "-1"},
 		{"proxy", "--upstream", "http://127.0.0.1:1", "--queue-timeout", "0s"},
 		{"proxy", "--upstream", "http://127.0.0.1:1", "--max-bytes", "0"},
 	} {

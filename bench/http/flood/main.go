@@ -2,15 +2,20 @@
 // proxy: requests leave at a fixed rate whether or not earlier ones were
 // answered, each for a URL never asked before. It reports the latency
 // (from each request's scheduled start) at p50 and p99, the answers by
-// status, and the peak RSS of the proxy process read from /proc.
+// status, and the peak RSS of the proxy process read from /proc. With
+// -idle N, it first opens N connections that each make one request and
+// then stay open, idle, until the flood ends.
 package main
 
 import (
+	"bufio"
 	"flag"
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -25,10 +30,14 @@ func main() {
 	dur := flag.Duration("duration", 10*time.Second, "how long to send")
 	pid := flag.Int("pid", 0, "the proxy's process id, for its RSS")
 	timeout := flag.Duration("timeout", 30*time.Second, "a request's timeout")
+	idle := flag.Int("idle", 0, "connections opened before the flood that make one request each and stay open")
 	flag.Parse()
 	if *base == "" {
 		log.Fatal("flood: --url is required")
 	}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	idled := openIdle(*base, run, *idle, *timeout)
+	defer idled.close()
 	client := &http.Client{
 		Timeout:   *timeout,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 4096, MaxIdleConns: 4096, DisableCompression: true},
@@ -38,9 +47,10 @@ func main() {
 		lat  time.Duration
 	}
 	var (
-		mu      sync.Mutex
-		results []result
-		wg      sync.WaitGroup
+		mu       sync.Mutex
+		results  []result
+		firstErr error // the first request's error, if any
+		wg       sync.WaitGroup
 	)
 	var peakRSS int64
 	stop := make(chan struct{})
@@ -60,7 +70,6 @@ func main() {
 	}()
 	interval := time.Second / time.Duration(*rate)
 	n := int(*dur / interval)
-	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	start := time.Now()
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
@@ -72,7 +81,13 @@ func main() {
 			defer wg.Done()
 			r := result{}
 			resp, err := client.Get(fmt.Sprintf("%s/flood/%s/%d", *base, run, i))
-			if err == nil {
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			} else {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				r.code = resp.StatusCode
@@ -99,6 +114,9 @@ func main() {
 		lats = append(lats, r.lat)
 		byCode[r.code] = append(byCode[r.code], r.lat)
 	}
+	if *idle > 0 {
+		fmt.Printf("idle connections: %d opened, answers %v, %d errors\n", *idle, idled.codes, idled.errors)
+	}
 	fmt.Printf("sent %d in %v (%.0f/s), open loop, each URL distinct\n", n, sent.Round(time.Millisecond), float64(n)/sent.Seconds())
 	fmt.Printf("latency p50 %v p99 %v max %v\n", pct(lats, 50), pct(lats, 99), pct(lats, 100))
 	codes := make([]int, 0, len(counts))
@@ -115,6 +133,9 @@ func main() {
 			name = "503 without Retry-After"
 		}
 		fmt.Printf("  %-24s %6d  p50 %v p99 %v\n", name, counts[c], pct(byCode[c], 50), pct(byCode[c], 99))
+	}
+	if firstErr != nil {
+		fmt.Printf("first error: %v\n", firstErr)
 	}
 	if *pid != 0 {
 		fmt.Printf("proxy RSS peak %.1f MiB (sampled), VmHWM %.1f MiB\n", float64(peakRSS)/(1<<20), float64(hwm)/(1<<20))
@@ -147,4 +168,73 @@ func rss(pid int, field string) int64 {
 		}
 	}
 	return 0
+}
+
+// idlers are connections held open, idle, during the flood.
+type idlers struct {
+	conns  []net.Conn
+	codes  map[int]int // their first answers by status
+	errors int
+}
+
+// openIdle opens n connections to base, 64 at a time, each of which sends
+// one GET for a URL of its own and reads the answer; they stay open until
+// close.
+func openIdle(base, run string, n int, timeout time.Duration) *idlers {
+	u, err := url.Parse(base)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ids := &idlers{codes: map[int]int{}}
+	var mu sync.Mutex
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(n, 64) {
+		wg.Go(func() {
+			for i := range next {
+				code, c := idleOne(u.Host, fmt.Sprintf("/idle/%s/%d", run, i), timeout)
+				mu.Lock()
+				if code == 0 {
+					ids.errors++
+				} else {
+					ids.codes[code]++
+				}
+				if c != nil {
+					ids.conns = append(ids.conns, c)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return ids
+}
+
+// idleOne opens a connection to host, GETs path on it and returns the
+// status (0: an error) and the connection, left open.
+func idleOne(host, path string, timeout time.Duration) (int, net.Conn) {
+	c, err := net.DialTimeout("tcp", host, timeout)
+	if err != nil {
+		return 0, nil
+	}
+	c.SetDeadline(time.Now().Add(timeout))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, host)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, c
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.SetDeadline(time.Time{})
+	return resp.StatusCode, c
+}
+
+func (ids *idlers) close() {
+	for _, c := range ids.conns {
+		c.Close()
+	}
 }
