@@ -92,6 +92,9 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 			}
 		}
 		if at.add(key, i, len(keys)) {
+			if missed == nil {
+				missed = make([]string, 0, len(keys)-i) // the keys from i on
+			}
 			missed = append(missed, key)
 		}
 	}
@@ -185,14 +188,19 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at positions
 func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoadFunc[V], co callOpts, count bool) []flight.Result[*entry[V]] {
 	var (
 		mu  sync.Mutex
-		ran = make(map[string]bool, len(missed)) // the keys this call's fill counts
+		ran map[string]bool // the keys this call's fill counts
 	)
+	if count {
+		ran = make(map[string]bool, len(missed))
+	}
 	res := c.flyMany(ctx, missed, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
-		mu.Lock()
-		for _, k := range led {
-			ran[k] = true
+		if count {
+			mu.Lock()
+			for _, k := range led {
+				ran[k] = true
+			}
+			mu.Unlock()
 		}
-		mu.Unlock()
 		c.fillMany(fctx, c.newFills(led, co, nil), load, false, settle, count)
 	})
 	if count {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -117,7 +118,7 @@ type batchFill[V any] struct {
 	wakes *wakes
 	// hits holds the keys the Store served fresh, with how: each counts so
 	// (a hit or a negative) when the batch counts its keys, and every other
-	// key as a miss.
+	// key as a miss. nil when the batch does not count.
 	hits map[string]observe.GetResult
 }
 
@@ -194,12 +195,12 @@ func batchOf[V any](key string, load LoadFunc[V]) BatchLoadFunc[V] {
 // replica is loading (lose). With count, each key is counted as a hit or
 // a miss before its callers see it.
 func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchLoadFunc[V], refresh bool, settle func(string, *entry[V], error), count bool) {
-	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes(), hits: map[string]observe.GetResult{}}
+	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes()}
 	defer c.closeSet(ctx, b.leases)
 	if count {
 		defer b.count(fs)()
 	}
-	rest := fs[:0:0]
+	rest := make([]*fillState[V], 0, len(fs))
 	for _, f := range fs {
 		if e := f.recheckLocal(); e != nil {
 			b.settle(f.key, e, nil)
@@ -223,6 +224,7 @@ func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchL
 // at the batch's end, counts.
 func (b *batchFill[V]) count(fs []*fillState[V]) (end func()) {
 	c, settle := b.c, b.settle
+	b.hits = map[string]observe.GetResult{}
 	counted := make(map[string]bool, len(fs))
 	var mu sync.Mutex
 	countOnce := func(key string) {
@@ -300,10 +302,16 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 		}
 		return loads, nil
 	}
-	var ask, told []*fillState[V]
-	held := make(map[*fillState[V]]attempt[V])
+	ask := make([]*fillState[V], 0, len(fs))
+	var (
+		told []*fillState[V]
+		held map[*fillState[V]]attempt[V]
+	)
 	for _, f := range fs {
 		if a, ok := c.heldElsewhere(f.key, f.now, b.wakes.wake); ok {
+			if held == nil {
+				held = make(map[*fillState[V]]attempt[V])
+			}
 			told = append(told, f)
 			held[f] = a
 		} else {
@@ -329,9 +337,17 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 	}
 	if len(ask) > 0 {
 		l, ls := b.fromLeases(ctx, ask)
-		loads, losers = append(loads, l...), append(losers, ls...)
+		loads, losers = joined(loads, l), joined(losers, ls)
 	}
 	return loads, losers
+}
+
+// joined is append(a, b...), which is b itself when a is empty.
+func joined[T any](a, b []T) []T {
+	if len(a) == 0 {
+		return b
+	}
+	return append(a, b...)
 }
 
 // fromReads reads the keys of fs from the Store, settles those it serves
@@ -420,6 +436,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 		return loads, nil
 	}
 	reqs := leaseRequests(fs)
+	loads, losers = slices.Grow(loads, len(fs)), make([]loser[V], 0, len(fs))
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Key
@@ -443,6 +460,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 // the lease for, and adds to loads those to load without it (the read
 // opened the breaker).
 func (b *batchFill[V]) fromPre(ctx context.Context, fs []*fillState[V]) (ask []*fillState[V], loads []pendingLoad[V]) {
+	ask = make([]*fillState[V], 0, len(fs))
 	for _, f := range fs {
 		if !f.preCurrent() {
 			ask = append(ask, f)
@@ -518,7 +536,7 @@ func (f *fillState[V]) settleAttempt(a attempt[V]) (*heldLease, *entry[V]) {
 
 // fromStore settles f with e, a value the Store holds.
 func (b *batchFill[V]) fromStore(f *fillState[V], e *entry[V]) {
-	if f.mode == foreground && !e.stale(b.c.clk.now()) {
+	if b.hits != nil && f.mode == foreground && !e.stale(b.c.clk.now()) {
 		b.hits[f.key] = e.freshResult()
 	}
 	b.settle(f.key, e, nil)
