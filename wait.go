@@ -176,6 +176,9 @@ func newWakes() *wakes {
 // add records that w came.
 func (k *wakes) add(w *completion) {
 	k.mu.Lock()
+	if k.fired == nil {
+		k.fired = make([]*completion, 0, 16) // notices come in bursts
+	}
 	k.fired = append(k.fired, w)
 	k.mu.Unlock()
 	select {
