@@ -751,6 +751,9 @@ func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLeas
 	return nil, err
 }
 
+// ttlLeft is how long e has left until its hard expiry, now.
+func (c *Cache[V]) ttlLeft(e *entry[V]) time.Duration { return time.Duration(e.hard - c.clk.now()) }
+
 // store puts a freshly loaded entry in the local tier and hands its remote
 // write, with the end of held (a lease of set, nil when none is held), to
 // the background, so that the load's callers get the value as soon as the
@@ -776,12 +779,11 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 			e.near = addTime(c.clk.now(), c.cfg.NearTTL)
 		}
 	}
-	ttl := func() time.Duration { return time.Duration(e.hard - c.clk.now()) }
 	if held != nil && env != nil && !held.heldAt(c.clk.now()) {
 		if c.gens.changedSince(key, gen) {
 			return // the fence refuses it, and the local tier must not take it
 		}
-		set.end(leaseEnd{h: held, env: env, ttl: ttl(), accepted: func() { c.setLocal(key, e, gen) }})
+		set.end(leaseEnd{h: held, env: env, ttl: c.ttlLeft(e), accepted: func() { c.setLocal(key, e, gen) }})
 		return
 	}
 	unfenced := env != nil && held == nil
@@ -790,11 +792,11 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 	}
 	switch {
 	case held != nil:
-		set.end(leaseEnd{h: held, env: env, ttl: ttl(), refused: func() { c.unpublish(key, e) }})
+		set.end(leaseEnd{h: held, env: env, ttl: c.ttlLeft(e), refused: func() { c.unpublish(key, e) }})
 	case unfenced:
 		c.goBackground(func() {
 			defer c.gens.endWrite(key)
-			ttl := ttl()
+			ttl := c.ttlLeft(e)
 			if ttl <= 0 {
 				return
 			}
