@@ -116,10 +116,19 @@ type batchFill[V any] struct {
 	leases  *leaseSet
 	// wakes hears of the completions that the batch's losers wait for.
 	wakes *wakes
-	// hits holds the keys the Store served fresh, with how: each counts so
-	// (a hit or a negative) when the batch counts its keys, and every other
-	// key as a miss. nil when the batch does not count.
-	hits map[string]observe.GetResult
+	// counts holds, when the batch counts its keys (nil otherwise), the
+	// keys the Store served fresh, with how: each counts so (a hit or a
+	// negative), and every other key as a miss; and the keys counted.
+	// countMu guards it.
+	counts  map[string]countMark
+	countMu sync.Mutex
+}
+
+// countMark is what a counting batch knows of one key.
+type countMark struct {
+	hit     observe.GetResult // how the Store served it fresh, when served
+	served  bool
+	counted bool
 }
 
 // pendingLoad is a key of a batch that this replica loads: under held, or
@@ -224,17 +233,16 @@ func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchL
 // at the batch's end, counts.
 func (b *batchFill[V]) count(fs []*fillState[V]) (end func()) {
 	c, settle := b.c, b.settle
-	b.hits = map[string]observe.GetResult{}
-	counted := make(map[string]bool, len(fs))
-	var mu sync.Mutex
+	b.counts = make(map[string]countMark, len(fs))
 	countOnce := func(key string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if counted[key] {
+		b.countMu.Lock()
+		defer b.countMu.Unlock()
+		m := b.counts[key]
+		if m.counted {
 			return
 		}
-		counted[key] = true
-		if r, ok := b.hits[key]; ok {
+		b.counts[key] = countMark{counted: true}
+		if r := m.hit; m.served {
 			c.got(key, r)
 			if r == observe.ResultHit {
 				c.st.remoteHits.add(1)
@@ -536,8 +544,12 @@ func (f *fillState[V]) settleAttempt(a attempt[V]) (*heldLease, *entry[V]) {
 
 // fromStore settles f with e, a value the Store holds.
 func (b *batchFill[V]) fromStore(f *fillState[V], e *entry[V]) {
-	if b.hits != nil && f.mode == foreground && !e.stale(b.c.clk.now()) {
-		b.hits[f.key] = e.freshResult()
+	if b.counts != nil && f.mode == foreground && !e.stale(b.c.clk.now()) {
+		b.countMu.Lock()
+		if !b.counts[f.key].counted {
+			b.counts[f.key] = countMark{hit: e.freshResult(), served: true}
+		}
+		b.countMu.Unlock()
 	}
 	b.settle(f.key, e, nil)
 }
