@@ -237,7 +237,7 @@ type waits[V any] struct {
 	// timer fires at the earliest next of the waits.
 	timer *time.Timer
 	at    time.Time
-	// ask1 and peek1 are arrays that act reuses.
+	// ask1 and peek1 are the arrays that act reuses.
 	ask1, peek1 []*waiter[V]
 }
 
@@ -250,7 +250,11 @@ type waits[V any] struct {
 // waits on would stall each other until LeaseWait.
 func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	c := b.c
-	ws := &waits[V]{b: b, all: make([]waiter[V], len(ls)), live: make([]*waiter[V], 0, len(ls))}
+	n := len(ls)
+	// live, the waits due at once, and those of them to re-read and to ask
+	// are at most n each: one array holds the four.
+	lists := make([]*waiter[V], 4*n)
+	ws := &waits[V]{b: b, all: make([]waiter[V], n), live: lists[:0:n], peek1: lists[n : n : 2*n], ask1: lists[2*n : 2*n : 3*n]}
 	_, watcher := c.cfg.Lease.(remote.Watcher)
 	now := time.Now()
 	for i, l := range ls {
@@ -271,7 +275,7 @@ func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	defer ws.abandon(nil) // after a panic of the loader: no wait lives on
 	ws.left = len(ws.live)
 	ws.arm(now)
-	var due []*waiter[V] // the waits due at once, its array reused
+	due := lists[3*n : 3*n : 4*n]
 	for ws.left > 0 {
 		due = due[:0]
 		select {
