@@ -92,6 +92,9 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 			}
 		}
 		if at.add(key, i, len(keys)) {
+			if missed == nil {
+				missed = make([]string, 0, len(keys)-i) // the keys from i on
+			}
 			missed = append(missed, key)
 		}
 	}
@@ -141,7 +144,7 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at positions
 	)
 	for attempt := 0; len(missed) > 0; attempt++ {
 		res := c.flyMissed(ctx, missed, load, co, attempt == 0)
-		again := missed[:0]
+		var again []string // not in missed's array: a fill may still read it
 		for j, key := range missed {
 			e, err := res[j].Val, res[j].Err
 			now := c.clk.now()
@@ -185,26 +188,44 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at positions
 func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoadFunc[V], co callOpts, count bool) []flight.Result[*entry[V]] {
 	var (
 		mu  sync.Mutex
-		ran = make(map[string]bool, len(missed)) // the keys this call's fill counts
+		ran []bool // at the positions in missed of the keys this call's fill counts
 	)
+	if count {
+		ran = make([]bool, len(missed))
+	}
 	res := c.flyMany(ctx, missed, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
-		mu.Lock()
-		for _, k := range led {
-			ran[k] = true
+		if count {
+			mu.Lock()
+			markLed(ran, missed, led)
+			mu.Unlock()
 		}
-		mu.Unlock()
 		c.fillMany(fctx, c.newFills(led, co, nil), load, false, settle, count)
 	})
 	if count {
 		mu.Lock()
 		defer mu.Unlock()
-		for _, key := range missed {
-			if !ran[key] {
+		for i, key := range missed {
+			if !ran[i] {
 				c.got(key, observe.ResultMiss) // joined another caller's load
 			}
 		}
 	}
 	return res
+}
+
+// markLed sets ran at the position in missed of each key of led, which
+// holds keys of missed in their order there.
+func markLed(ran []bool, missed, led []string) {
+	i := 0
+	for _, k := range led {
+		for i < len(missed) && missed[i] != k {
+			i++
+		}
+		if i == len(missed) {
+			return
+		}
+		ran[i] = true
+	}
 }
 
 func itemOf[V any](v V, err error) Item[V] { return Item[V]{Value: v, Err: err} }

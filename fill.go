@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -115,10 +116,19 @@ type batchFill[V any] struct {
 	leases  *leaseSet
 	// wakes hears of the completions that the batch's losers wait for.
 	wakes *wakes
-	// hits holds the keys the Store served fresh, with how: each counts so
-	// (a hit or a negative) when the batch counts its keys, and every other
-	// key as a miss.
-	hits map[string]observe.GetResult
+	// counts holds, when the batch counts its keys (nil otherwise), the
+	// keys the Store served fresh, with how: each counts so (a hit or a
+	// negative), and every other key as a miss; and the keys counted.
+	// countMu guards it.
+	counts  map[string]countMark
+	countMu sync.Mutex
+}
+
+// countMark is what a counting batch knows of one key.
+type countMark struct {
+	hit     observe.GetResult // how the Store served it fresh, when served
+	served  bool
+	counted bool
 }
 
 // pendingLoad is a key of a batch that this replica loads: under held, or
@@ -194,12 +204,12 @@ func batchOf[V any](key string, load LoadFunc[V]) BatchLoadFunc[V] {
 // replica is loading (lose). With count, each key is counted as a hit or
 // a miss before its callers see it.
 func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchLoadFunc[V], refresh bool, settle func(string, *entry[V], error), count bool) {
-	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes(), hits: map[string]observe.GetResult{}}
+	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes()}
 	defer c.closeSet(ctx, b.leases)
 	if count {
 		defer b.count(fs)()
 	}
-	rest := fs[:0:0]
+	rest := make([]*fillState[V], 0, len(fs))
 	for _, f := range fs {
 		if e := f.recheckLocal(); e != nil {
 			b.settle(f.key, e, nil)
@@ -223,16 +233,16 @@ func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchL
 // at the batch's end, counts.
 func (b *batchFill[V]) count(fs []*fillState[V]) (end func()) {
 	c, settle := b.c, b.settle
-	counted := make(map[string]bool, len(fs))
-	var mu sync.Mutex
+	b.counts = make(map[string]countMark, len(fs))
 	countOnce := func(key string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if counted[key] {
+		b.countMu.Lock()
+		defer b.countMu.Unlock()
+		m := b.counts[key]
+		if m.counted {
 			return
 		}
-		counted[key] = true
-		if r, ok := b.hits[key]; ok {
+		b.counts[key] = countMark{counted: true}
+		if r := m.hit; m.served {
 			c.got(key, r)
 			if r == observe.ResultHit {
 				c.st.remoteHits.add(1)
@@ -300,10 +310,16 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 		}
 		return loads, nil
 	}
-	var ask, told []*fillState[V]
-	held := make(map[*fillState[V]]attempt[V])
+	ask := make([]*fillState[V], 0, len(fs))
+	var (
+		told []*fillState[V]
+		held map[*fillState[V]]attempt[V]
+	)
 	for _, f := range fs {
 		if a, ok := c.heldElsewhere(f.key, f.now, b.wakes.wake); ok {
+			if held == nil {
+				held = make(map[*fillState[V]]attempt[V])
+			}
 			told = append(told, f)
 			held[f] = a
 		} else {
@@ -329,9 +345,17 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 	}
 	if len(ask) > 0 {
 		l, ls := b.fromLeases(ctx, ask)
-		loads, losers = append(loads, l...), append(losers, ls...)
+		loads, losers = joined(loads, l), joined(losers, ls)
 	}
 	return loads, losers
+}
+
+// joined is append(a, b...), which is b itself when a is empty.
+func joined[T any](a, b []T) []T {
+	if len(a) == 0 {
+		return b
+	}
+	return append(a, b...)
 }
 
 // fromReads reads the keys of fs from the Store, settles those it serves
@@ -420,6 +444,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 		return loads, nil
 	}
 	reqs := leaseRequests(fs)
+	loads, losers = slices.Grow(loads, len(fs)), make([]loser[V], 0, len(fs))
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Key
@@ -443,6 +468,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 // the lease for, and adds to loads those to load without it (the read
 // opened the breaker).
 func (b *batchFill[V]) fromPre(ctx context.Context, fs []*fillState[V]) (ask []*fillState[V], loads []pendingLoad[V]) {
+	ask = make([]*fillState[V], 0, len(fs))
 	for _, f := range fs {
 		if !f.preCurrent() {
 			ask = append(ask, f)
@@ -518,8 +544,12 @@ func (f *fillState[V]) settleAttempt(a attempt[V]) (*heldLease, *entry[V]) {
 
 // fromStore settles f with e, a value the Store holds.
 func (b *batchFill[V]) fromStore(f *fillState[V], e *entry[V]) {
-	if f.mode == foreground && !e.stale(b.c.clk.now()) {
-		b.hits[f.key] = e.freshResult()
+	if b.counts != nil && f.mode == foreground && !e.stale(b.c.clk.now()) {
+		b.countMu.Lock()
+		if !b.counts[f.key].counted {
+			b.counts[f.key] = countMark{hit: e.freshResult(), served: true}
+		}
+		b.countMu.Unlock()
 	}
 	b.settle(f.key, e, nil)
 }
@@ -733,6 +763,9 @@ func (f *fillState[V]) loadFailed(ctx context.Context, err error, held *heldLeas
 	return nil, err
 }
 
+// ttlLeft is how long e has left until its hard expiry, now.
+func (c *Cache[V]) ttlLeft(e *entry[V]) time.Duration { return time.Duration(e.hard - c.clk.now()) }
+
 // store puts a freshly loaded entry in the local tier and hands its remote
 // write, with the end of held (a lease of set, nil when none is held), to
 // the background, so that the load's callers get the value as soon as the
@@ -758,12 +791,11 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 			e.near = addTime(c.clk.now(), c.cfg.NearTTL)
 		}
 	}
-	ttl := func() time.Duration { return time.Duration(e.hard - c.clk.now()) }
 	if held != nil && env != nil && !held.heldAt(c.clk.now()) {
 		if c.gens.changedSince(key, gen) {
 			return // the fence refuses it, and the local tier must not take it
 		}
-		set.end(leaseEnd{h: held, env: env, ttl: ttl(), accepted: func() { c.setLocal(key, e, gen) }})
+		set.end(leaseEnd{h: held, env: env, ttl: c.ttlLeft(e), accepted: func() { c.setLocal(key, e, gen) }})
 		return
 	}
 	unfenced := env != nil && held == nil
@@ -772,11 +804,11 @@ func (c *Cache[V]) store(ctx context.Context, key string, e *entry[V], held *hel
 	}
 	switch {
 	case held != nil:
-		set.end(leaseEnd{h: held, env: env, ttl: ttl(), refused: func() { c.unpublish(key, e) }})
+		set.end(leaseEnd{h: held, env: env, ttl: c.ttlLeft(e), refused: func() { c.unpublish(key, e) }})
 	case unfenced:
 		c.goBackground(func() {
 			defer c.gens.endWrite(key)
-			ttl := ttl()
+			ttl := c.ttlLeft(e)
 			if ttl <= 0 {
 				return
 			}

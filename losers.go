@@ -22,7 +22,7 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V], loaded bool)
 		}
 	}
 	c := b.c
-	wait := losers[:0:0]
+	wait := make([]loser[V], 0, len(losers))
 	for _, l := range losers {
 		f, co := l.f, l.f.co
 		switch cand := f.candidate; {

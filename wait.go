@@ -158,6 +158,9 @@ func (c *Cache[V]) waitVia(ctx context.Context, key string, wake func(*completio
 type wakes struct {
 	mu    sync.Mutex
 	fired []*completion
+	// spare is what take last returned, whose array the next take hands
+	// to add: the batch is done with it by then.
+	spare []*completion
 	// signal is ready while fired holds a completion.
 	signal chan struct{}
 	// wake is add, made once for the batch's registrations.
@@ -173,6 +176,9 @@ func newWakes() *wakes {
 // add records that w came.
 func (k *wakes) add(w *completion) {
 	k.mu.Lock()
+	if k.fired == nil {
+		k.fired = make([]*completion, 0, 16) // notices come in bursts
+	}
 	k.fired = append(k.fired, w)
 	k.mu.Unlock()
 	select {
@@ -181,12 +187,14 @@ func (k *wakes) add(w *completion) {
 	}
 }
 
-// take returns the completions that came since it was last called.
+// take returns the completions that came since it was last called, valid
+// until the next call.
 func (k *wakes) take() []*completion {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	fired := k.fired
-	k.fired = nil
+	clear(k.spare)
+	k.fired, k.spare = k.spare[:0], fired
 	return fired
 }
 
@@ -229,6 +237,8 @@ type waits[V any] struct {
 	// timer fires at the earliest next of the waits.
 	timer *time.Timer
 	at    time.Time
+	// ask1 and peek1 are the arrays that act reuses.
+	ask1, peek1 []*waiter[V]
 }
 
 // wait waits for the holders of the leases of ls, each for at most
@@ -240,7 +250,11 @@ type waits[V any] struct {
 // waits on would stall each other until LeaseWait.
 func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	c := b.c
-	ws := &waits[V]{b: b, all: make([]waiter[V], len(ls))}
+	n := len(ls)
+	// live, the waits due at once, and those of them to re-read and to ask
+	// are at most n each: one array holds the four.
+	lists := make([]*waiter[V], 4*n)
+	ws := &waits[V]{b: b, all: make([]waiter[V], n), live: lists[:0:n], peek1: lists[n : n : 2*n], ask1: lists[2*n : 2*n : 3*n]}
 	_, watcher := c.cfg.Lease.(remote.Watcher)
 	now := time.Now()
 	for i, l := range ls {
@@ -261,8 +275,9 @@ func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	defer ws.abandon(nil) // after a panic of the loader: no wait lives on
 	ws.left = len(ws.live)
 	ws.arm(now)
+	due := lists[3*n : 3*n : 4*n]
 	for ws.left > 0 {
-		var due []*waiter[V]
+		due = due[:0]
 		select {
 		case <-b.wakes.signal:
 			for _, w := range b.wakes.take() {
@@ -272,7 +287,7 @@ func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 			}
 		case <-ws.timer.C:
 			ws.at = time.Time{}
-			due = ws.due(time.Now())
+			due = ws.due(due, time.Now())
 		case <-ctx.Done():
 			ws.abandon(fmt.Errorf("herd: %w", ctx.Err()))
 			return
@@ -334,9 +349,9 @@ func (ws *waits[V]) reset(now, t time.Time) {
 	ws.timer.Reset(t.Sub(now))
 }
 
-// due returns the live waits whose next has come, drops the ended ones
-// from live, and sets the timer for the rest.
-func (ws *waits[V]) due(now time.Time) (due []*waiter[V]) {
+// due appends to due the live waits whose next has come, drops the ended
+// ones from live, and sets the timer for the rest.
+func (ws *waits[V]) due(due []*waiter[V], now time.Time) []*waiter[V] {
 	live := ws.live[:0]
 	var first time.Time
 	for _, wt := range ws.live {
@@ -365,7 +380,7 @@ func (ws *waits[V]) act(ctx context.Context, due []*waiter[V]) {
 		return
 	}
 	b, c := ws.b, ws.b.c
-	var ask, peek []*waiter[V]
+	ask, peek := ws.ask1[:0], ws.peek1[:0]
 	clk := c.clk.now()
 	for _, wt := range due {
 		wt.pushed = wt.w.came()
@@ -387,6 +402,7 @@ func (ws *waits[V]) act(ctx context.Context, due []*waiter[V]) {
 		}
 	}
 	ws.ask(ctx, ask)
+	ws.ask1, ws.peek1 = ask, peek // the waits they point to live in all
 	now := time.Now()
 	var loads []pendingLoad[V]
 	for _, wt := range due {

@@ -19,16 +19,19 @@ var (
 // The batch calls of a Remote make one single-key call per entry, in
 // order: each entry is as atomic as that call, fails as it would (a down
 // remote, an ended ctx, a rejected argument) without affecting the other
-// entries, and counts in [Stats] exactly as that call. Another caller may
-// act between two entries of a batch, as between the keys of a Redis
-// batch that spans servers.
+// entries, and counts in [Stats] exactly as that call. LoadMany,
+// AcquireMany and WriteReleaseMany make their calls under one hold of the
+// Remote's lock; another caller may act between two entries of
+// ExtendMany, as between the keys of a Redis batch that spans servers.
 
 // LoadMany does what Load does for each key.
 func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
-	r.countBatch()
 	out := make([]remote.Loaded, len(keys))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Batches++
 	for i, key := range keys {
-		out[i].Value, out[i].Err = r.Load(ctx, key)
+		out[i].Value, out[i].Err = r.load(ctx, key)
 	}
 	return out
 }
@@ -37,12 +40,12 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 // is taken or found held sets Stale to a copy of the value stored under
 // the key, if it has one that was not fresh enough or does not decode.
 func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, ttl time.Duration) []remote.Acquired {
-	r.countBatch()
 	out := make([]remote.Acquired, len(reqs))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Batches++
 	for i, req := range reqs {
-		r.mu.Lock()
 		out[i] = r.acquire(ctx, req.Key, ttl, req.After)
-		r.mu.Unlock()
 	}
 	return out
 }

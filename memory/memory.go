@@ -171,6 +171,11 @@ func (r *Remote) Stats() Stats {
 func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.load(ctx, key)
+}
+
+// load is Load with r.mu held.
+func (r *Remote) load(ctx context.Context, key string) ([]byte, error) {
 	if err := r.check(ctx, "load", key); err != nil {
 		return nil, err
 	}

@@ -1,9 +1,6 @@
 package notify
 
-import (
-	"slices"
-	"sync"
-)
+import "sync"
 
 // Waiters is where goroutines wait for the next announcement on a key, and
 // where callbacks are registered for it. Its owner serialises every call
@@ -24,16 +21,19 @@ type generation struct {
 	// the last one to leave removes the generation, so abandoned waits
 	// leave nothing behind.
 	n int
-	// watches are called by the announcement, each once; next numbers
-	// them.
-	watches []watch
-	next    uint64
+	// first and last end the list of the watches the announcement calls,
+	// each once, in the order they were registered.
+	first, last *watch
 }
 
-// watch is one registration of Watch, or one key's of WatchMany.
+// watch is one registration of Watch, or one key's of WatchMany, linked
+// in its generation's list while neither called nor taken back.
 type watch struct {
-	id uint64
-	fn func() // nil for a WatchMany registration, which calls many(i)
+	// g is the generation whose list holds the watch; nil once it was
+	// called or taken back.
+	g          *generation
+	prev, next *watch
+	fn         func() // nil for a WatchMany registration, which calls many(i)
 	// many and i are a WatchMany registration's callback and its key's
 	// index.
 	many func(int)
@@ -41,12 +41,39 @@ type watch struct {
 }
 
 // call calls the registration's callback.
-func (w watch) call() {
+func (w *watch) call() {
 	if w.many != nil {
 		w.many(w.i)
 	} else {
 		w.fn()
 	}
+}
+
+// link appends w to g's list.
+func (g *generation) link(w *watch) {
+	w.g, w.prev = g, g.last
+	if g.last != nil {
+		g.last.next = w
+	} else {
+		g.first = w
+	}
+	g.last = w
+}
+
+// unlink takes w out of its generation's list.
+func (w *watch) unlink() {
+	g := w.g
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		g.first = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		g.last = w.prev
+	}
+	w.g, w.prev, w.next = nil, nil, nil
 }
 
 // Wait is one waiter's place in a key's current generation.
@@ -110,14 +137,14 @@ func (ws *Waiters) WakeAll() {
 	}
 }
 
-// end closes g's channel and calls its watches.
+// end closes g's channel and calls its watches, each taken out of the
+// list before it is called.
 func (g *generation) end() {
 	if g.ch != nil {
 		close(g.ch)
 	}
-	watches := g.watches
-	g.watches = nil
-	for _, w := range watches {
+	for w := g.first; w != nil; w = g.first {
+		w.unlink()
 		w.call()
 	}
 }
@@ -134,25 +161,23 @@ func (ws *Waiters) Has(key string) bool { return ws.m[key] != nil }
 // function that takes the registration back, under mu, which may be
 // called more than once and after fn was called.
 func (ws *Waiters) Watch(mu sync.Locker, key string, fn func()) (stop func()) {
-	g := ws.current(key)
-	g.next++
-	id := g.next
-	g.watches = append(g.watches, watch{id: id, fn: fn})
+	w := &watch{fn: fn}
+	ws.current(key).link(w)
 	return func() {
 		mu.Lock()
 		defer mu.Unlock()
-		ws.unwatch(key, g, id)
+		ws.unwatch(key, w)
 	}
 }
 
-// unwatch takes the registration id of g, key's generation, back, unless
-// it was called or taken back already.
-func (ws *Waiters) unwatch(key string, g *generation, id uint64) {
-	i := slices.IndexFunc(g.watches, func(w watch) bool { return w.id == id })
-	if i < 0 {
+// unwatch takes w, a registration for key, back, unless it was called or
+// taken back already.
+func (ws *Waiters) unwatch(key string, w *watch) {
+	g := w.g
+	if g == nil {
 		return // called, or taken back
 	}
-	g.watches = slices.Delete(g.watches, i, i+1)
+	w.unlink()
 	ws.leave(key, g)
 }
 
@@ -162,31 +187,24 @@ func (ws *Waiters) unwatch(key string, g *generation, id uint64) {
 // under mu; it may be called more than once and after fn(i). keys must
 // not change until every registration is called or taken back.
 func (ws *Waiters) WatchMany(mu sync.Locker, keys []string, fn func(i int)) (stop func(i int)) {
-	type reg struct {
-		g  *generation
-		id uint64
-	}
-	regs := make([]reg, len(keys))
+	regs := make([]watch, len(keys))
 	gens := make([]generation, len(keys)) // for the keys that have none
-	slots := make([]watch, len(keys))     // the first watch of each new generation
+	if ws.m == nil {
+		ws.m = make(map[string]*generation, len(keys))
+	}
 	for i, key := range keys {
-		if ws.m == nil {
-			ws.m = make(map[string]*generation, len(keys))
-		}
 		g := ws.m[key]
 		if g == nil {
 			g = &gens[i]
-			g.watches = slots[i : i : i+1]
 			ws.m[key] = g
 		}
 		g.n++
-		g.next++
-		g.watches = append(g.watches, watch{id: g.next, many: fn, i: i})
-		regs[i] = reg{g, g.next}
+		regs[i] = watch{many: fn, i: i}
+		g.link(&regs[i])
 	}
 	return func(i int) {
 		mu.Lock()
 		defer mu.Unlock()
-		ws.unwatch(keys[i], regs[i].g, regs[i].id)
+		ws.unwatch(keys[i], &regs[i])
 	}
 }

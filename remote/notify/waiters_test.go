@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"slices"
 	"sync"
 	"testing"
 )
@@ -119,5 +120,61 @@ func TestWatchMany(t *testing.T) {
 	other()
 	if ws.Len() != 0 {
 		t.Errorf("%d keys still have waiters", ws.Len())
+	}
+}
+
+// TestWatchesOfOneKey: of many registrations on one key, by Watch and
+// WatchMany, those taken back (the first, one in the middle, the last)
+// are not called and the others are, once each and in the order they were
+// made; the key keeps its generation while one remains.
+func TestWatchesOfOneKey(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		ws     Waiters
+		called []int
+	)
+	mu.Lock()
+	var stops []func()
+	for i := range 6 {
+		if i%2 == 0 {
+			stops = append(stops, ws.Watch(&mu, "k", func() { called = append(called, i) }))
+			continue
+		}
+		stop := ws.WatchMany(&mu, []string{"k"}, func(int) { called = append(called, i) })
+		stops = append(stops, func() { stop(0) })
+	}
+	mu.Unlock()
+	for _, i := range []int{0, 3, 5} {
+		stops[i]()
+	}
+	if !ws.Has("k") {
+		t.Fatal("the key lost its generation with three registrations left")
+	}
+	mu.Lock()
+	ws.Wake("k")
+	mu.Unlock()
+	if want := []int{1, 2, 4}; !slices.Equal(called, want) {
+		t.Errorf("called %v, want %v", called, want)
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	if ws.Len() != 0 {
+		t.Errorf("%d keys still have waiters", ws.Len())
+	}
+
+	// Taking every registration back removes the generation.
+	mu.Lock()
+	a := ws.Watch(&mu, "k", func() { t.Error("a watch taken back was called") })
+	b := ws.WatchMany(&mu, []string{"k", "k"}, func(int) { t.Error("a watch taken back was called") })
+	mu.Unlock()
+	b(1)
+	a()
+	if !ws.Has("k") {
+		t.Fatal("the key lost its generation with one registration left")
+	}
+	b(0)
+	if ws.Len() != 0 {
+		t.Errorf("%d keys still have waiters after every registration was taken back", ws.Len())
 	}
 }
