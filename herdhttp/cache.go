@@ -152,14 +152,22 @@ type request struct {
 	fwd string
 	// restarts counts the lookups made again after a fetch gave an index.
 	restarts int
+	// peeked says that pre is what the tiers held under primary when the
+	// request arrived: its first lookup takes it rather than ask again.
+	peeked bool
+	pre    *entry
 	// in forwards the 1xx responses of its origin requests to its
 	// client; nil: none are.
 	in *interim
 }
 
-// roundTrip answers r from the cache or the origin.
-func (c *engine) roundTrip(r *http.Request, in *interim) (*http.Response, error) {
-	q := &request{r: r, in: in, start: time.Now().UnixNano(), route: c.route(r)}
+// roundTrip answers r from the cache or the origin; p is what the hit
+// path found of it, if it looked.
+func (c *engine) roundTrip(r *http.Request, in *interim, p peeked) (*http.Response, error) {
+	q := &request{r: r, in: in, start: p.start, route: c.route(r)}
+	if p.key == "" {
+		q.start = time.Now().UnixNano()
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 	default:
@@ -174,7 +182,11 @@ func (c *engine) roundTrip(r *http.Request, in *interim) (*http.Response, error)
 			return c.pass(q, OutcomePass, "fwd=request")
 		}
 	}
-	q.primary = c.primaryKey(r)
+	if p.key != "" {
+		q.primary, q.peeked, q.pre = p.key, true, p.e
+	} else {
+		q.primary = c.primaryKey(r)
+	}
 	return c.lookup(q)
 }
 
@@ -187,7 +199,12 @@ func (c *engine) lookup(q *request) (*http.Response, error) {
 	if s, b := c.fl.get(q.key); s != nil {
 		return c.follow(q, s, b, nil)
 	}
-	e := c.peek(ctx, q.key)
+	var e *entry
+	if q.peeked {
+		e, q.peeked, q.pre = q.pre, false, nil
+	} else {
+		e = c.peek(ctx, q.key)
+	}
 	if e != nil && e.kind == kindIndex {
 		return c.lookupVariant(q, e.varyNames)
 	}
