@@ -156,6 +156,11 @@ type request struct {
 	// request arrived: its first lookup takes it rather than ask again.
 	peeked bool
 	pre    *entry
+	// vkey, when not empty, is a variant key the request's values gave
+	// under the Vary index in pre, and vpre what the tiers held under it;
+	// its first lookup of that key takes it rather than ask again.
+	vkey string
+	vpre *entry
 	// in forwards the 1xx responses of its origin requests to its
 	// client; nil: none are.
 	in *interim
@@ -183,7 +188,7 @@ func (c *engine) roundTrip(r *http.Request, in *interim, p peeked) (*http.Respon
 		}
 	}
 	if p.key != "" {
-		q.primary, q.peeked, q.pre = p.key, true, p.e
+		q.primary, q.peeked, q.pre, q.vkey, q.vpre = p.key, true, p.e, p.vkey, p.ve
 	} else {
 		q.primary = c.primaryKey(r)
 	}
@@ -219,6 +224,11 @@ func (c *engine) lookupVariant(q *request, names []string) (*http.Response, erro
 	q.old, q.found, q.fwd = nil, nil, "vary-miss"
 	if s, b := c.fl.get(q.key); s != nil {
 		return c.follow(q, s, b, nil)
+	}
+	if q.vkey != "" && q.vkey == q.key {
+		e := q.vpre
+		q.vkey, q.vpre = "", nil
+		return c.answer(q, e)
 	}
 	return c.answer(q, c.peek(q.r.Context(), q.key))
 }

@@ -2,6 +2,7 @@ package herdhttp
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -9,19 +10,24 @@ import (
 
 // peeked is what the hit path learnt of a request it did not answer, for
 // the full path to go on from: when it arrived, its primary key and what
-// the tiers held under it (nil for nothing). Its zero value says that
-// nothing was looked up.
+// the tiers held under it (nil for nothing), and when that was a Vary
+// index, the variant key of the request's values and what they held
+// under it. Its zero value says that nothing was looked up.
 type peeked struct {
 	start int64
 	key   string
 	e     *entry
+	vkey  string
+	ve    *entry
 }
 
 // serveHit answers r from the cache when it is a plain hit, writing the
 // stored response straight to w: a GET or HEAD without conditions or
 // Range (and without Cache-Control or Pragma when RequestCacheControl is
 // set), whose key has no fetch running in this process, and whose stored
-// response is fresh and varies on nothing. Its fields are copied into
+// response is fresh and selected by the request: stored under its
+// primary key, or under the variant key that the URL's Vary index and
+// the request's values give. Its fields are copied into
 // w's header as they are stored, and Age, Cache-Status and
 // Content-Length added from values kept with the entry (see hitMemo);
 // the answer is the one the full path gives, field for field. It reports
@@ -49,7 +55,21 @@ func (c *engine) serveHit(w http.ResponseWriter, r *http.Request) (bool, peeked)
 	}
 	e := c.peek(r.Context(), p.key)
 	p.e = e
-	if e == nil || e.kind != kindResponse || len(e.varyNames) != 0 {
+	if e != nil && e.kind == kindIndex {
+		// The URL's responses vary: its variant bucket is looked up as
+		// lookupVariant looks it up.
+		values := varyValues(r, e.varyNames)
+		var vbuf [keyBuf]byte
+		vkey := string(c.appendVariantKey(vbuf[:0], p.key, values))
+		if c.fl.running(vkey) {
+			return false, p
+		}
+		e = c.peek(r.Context(), vkey)
+		p.vkey, p.ve = vkey, e
+		if e == nil || e.kind != kindResponse || !slices.Equal(e.varyValues, values) {
+			return false, p
+		}
+	} else if e == nil || e.kind != kindResponse || !c.matches(e, r) {
 		return false, p
 	}
 	now := time.Now().UnixNano()

@@ -20,7 +20,9 @@ import (
 // A hit's bytes on the wire are what the stored response says: its
 // status line, every stored field with each of its lines in order, Age
 // and Cache-Status (after an upstream cache's member, when the response
-// came with one), Content-Length and the body; a HEAD gets the same
+// came with one), Content-Length and the body, for a response stored
+// under its URL and for one stored as the variant the request's
+// Accept-Encoding selects; a HEAD gets the same
 // fields and no body; the tag fields stay behind. Read off a real
 // loopback connection, several requests on one connection, so that the
 // values a hit keeps for later hits are checked too.
@@ -35,8 +37,11 @@ func TestHitWritten(t *testing.T) {
 		h["X-Multi"] = []string{"a", "b, c"}
 		h.Set("Link", "</style.css>; rel=preload")
 		h.Set("Surrogate-Key", "page t1")
-		if r.URL.Path == "/listed" {
+		switch r.URL.Path {
+		case "/listed":
 			h.Set("Cache-Status", "upstream; hit")
+		case "/varied":
+			h.Set("Vary", "Accept-Encoding")
 		}
 		io.WriteString(w, body)
 	}))
@@ -57,7 +62,7 @@ func TestHitWritten(t *testing.T) {
 	defer conn.Close()
 	br := bufio.NewReader(conn)
 	statusRE := regexp.MustCompile(`^herd; hit; ttl=(\d+)$`)
-	for _, path := range []string{"/plain", "/listed"} {
+	for _, path := range []string{"/plain", "/listed", "/varied"} {
 		miss, err := http.Get(front.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -66,6 +71,22 @@ func TestHitWritten(t *testing.T) {
 		miss.Body.Close()
 		if cs := strings.Join(miss.Header.Values("Cache-Status"), ", "); !strings.Contains(cs, "stored") {
 			t.Fatalf("%s: first answer's Cache-Status %q, want it stored", path, cs)
+		}
+		// The fetch ends a moment after its client has the whole answer:
+		// until then a request joins it (collapsed). Ask until one hits.
+		for try := 0; ; try++ {
+			resp, err := http.Get(front.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if strings.Contains(strings.Join(resp.Header.Values("Cache-Status"), ", "), "herd; hit") {
+				break
+			}
+			if try == 1000 {
+				t.Fatalf("%s: no hit in %d requests after it was stored", path, try)
+			}
 		}
 		want := []string{
 			"Cache-Control: max-age=600",
@@ -78,12 +99,20 @@ func TestHitWritten(t *testing.T) {
 			"X-Multi: a",
 			"X-Multi: b, c",
 		}
+		// The client's requests ask for gzip (net/http's client adds it):
+		// /varied is stored as the variant for gzip.
+		field := ""
+		if path == "/varied" {
+			want = append(want, "Vary: Accept-Encoding")
+			field = "Accept-Encoding: gzip\r\n"
+		}
+		sortFields(want)
 		var upstream []string
 		if path == "/listed" {
 			upstream = []string{"upstream; hit"}
 		}
 		for i, method := range []string{"GET", "GET", "HEAD", "GET"} {
-			io.WriteString(conn, method+" "+path+" HTTP/1.1\r\nHost: "+front.Listener.Addr().String()+"\r\n\r\n")
+			io.WriteString(conn, method+" "+path+" HTTP/1.1\r\nHost: "+front.Listener.Addr().String()+"\r\n"+field+"\r\n")
 			status, lines := readHead(t, br)
 			if status != "HTTP/1.1 200 OK" {
 				t.Fatalf("%s %s #%d: status line %q", method, path, i, status)
@@ -99,12 +128,7 @@ func TestHitWritten(t *testing.T) {
 					fields = append(fields, l)
 				}
 			}
-			// Stable sort by name keeps the lines of one field in their order.
-			slices.SortStableFunc(fields, func(a, b string) int {
-				an, _, _ := strings.Cut(a, ":")
-				bn, _, _ := strings.Cut(b, ":")
-				return strings.Compare(an, bn)
-			})
+			sortFields(fields)
 			if d := cmp.Diff(want, fields); d != "" {
 				t.Errorf("%s %s #%d: fields (-want +got):\n%s", method, path, i, d)
 			}
@@ -130,6 +154,16 @@ func TestHitWritten(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sortFields sorts field lines by name, keeping the lines of one field
+// in their order.
+func sortFields(lines []string) {
+	slices.SortStableFunc(lines, func(a, b string) int {
+		an, _, _ := strings.Cut(a, ":")
+		bn, _, _ := strings.Cut(b, ":")
+		return strings.Compare(an, bn)
+	})
 }
 
 // readHead reads a response's status line and field lines.

@@ -1,14 +1,11 @@
 package herdhttp
 
 import (
-	"hash/fnv"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/herdcache/herd"
 )
 
 // primaryKey is the cache key of a GET or HEAD request: scheme, host,
@@ -124,12 +121,27 @@ func (c *engine) query(u *url.URL) string {
 // share a bucket replace each other there; an entry is served only to a
 // request whose values equal the ones it stores.
 func (c *engine) variantKey(primary string, values []string) string {
-	h := fnv.New64a()
+	var buf [keyBuf]byte
+	return string(c.appendVariantKey(buf[:0], primary, values))
+}
+
+// appendVariantKey appends variantKey(primary, values) to b:
+// herd.Key("vary", primary, bucket), the bucket the FNV-1a hash of the
+// values, each followed by a zero byte, modulo MaxVariants.
+func (c *engine) appendVariantKey(b []byte, primary string, values []string) []byte {
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	h := uint64(offset64)
 	for _, v := range values {
-		h.Write([]byte(v))
-		h.Write([]byte{0})
+		for i := 0; i < len(v); i++ {
+			h = (h ^ uint64(v[i])) * prime64
+		}
+		h *= prime64 // the zero byte: h ^ 0 is h
 	}
-	return herd.Key("vary", primary, strconv.FormatUint(h.Sum64()%uint64(c.o.MaxVariants), 10))
+	b = append(b, "vary"...)
+	b = append(b, keySep)
+	b = appendEscaped(b, primary)
+	b = append(b, keySep)
+	return strconv.AppendUint(b, h%uint64(c.o.MaxVariants), 10)
 }
 
 // varyNames parses the Vary field of a response: its field names,

@@ -1,8 +1,10 @@
 package herdhttp
 
 import (
+	"hash/fnv"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -55,5 +57,30 @@ func TestPrimaryKeyIsHerdKey(t *testing.T) {
 			}
 		}
 		c.close(t.Context())
+	}
+}
+
+// The variant key built in a buffer is herd.Key of "vary", the primary
+// key and the bucket that the FNV-1a hash of the values gives.
+func TestVariantKeyIsHerdKey(t *testing.T) {
+	o := DefaultOptions()
+	o.MaxVariants = 7
+	c, err := newEngine(http.DefaultTransport, o, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close(t.Context())
+	for _, values := range [][]string{nil, {""}, {"gzip"}, {"br,gzip", "en"}, {"a|b", "c\\d\x00"}} {
+		for _, primary := range []string{"http|http|host|/p|", "http|http|h\\|x|/|?a"} {
+			h := fnv.New64a()
+			for _, v := range values {
+				h.Write([]byte(v))
+				h.Write([]byte{0})
+			}
+			want := herd.Key("vary", primary, strconv.FormatUint(h.Sum64()%7, 10))
+			if got := c.variantKey(primary, values); got != want {
+				t.Errorf("variantKey(%q, %q) = %q, want %q", primary, values, got, want)
+			}
+		}
 	}
 }
