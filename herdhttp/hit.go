@@ -58,15 +58,27 @@ func (c *engine) serveHit(w http.ResponseWriter, r *http.Request) (bool, peeked)
 	if e != nil && e.kind == kindIndex {
 		// The URL's responses vary: its variant bucket is looked up as
 		// lookupVariant looks it up.
-		values := varyValues(r, e.varyNames)
-		var vbuf [keyBuf]byte
-		vkey := string(c.appendVariantKey(vbuf[:0], p.key, values))
+		// The values are normalised on the stack when they can be.
+		var vbuf [hitVaryBuf]byte
+		var kbuf [keyBuf]byte
+		var values []string
+		var vkey string
+		v, stacked := hitVaryValues(vbuf[:], r, e.varyNames)
+		if stacked {
+			vkey = string(c.appendVariantBucket(kbuf[:0], p.key, v.fnv()))
+		} else {
+			values = varyValues(r, e.varyNames)
+			vkey = string(c.appendVariantKey(kbuf[:0], p.key, values))
+		}
 		if c.fl.running(vkey) {
 			return false, p
 		}
 		e = c.peek(r.Context(), vkey)
 		p.vkey, p.ve = vkey, e
-		if e == nil || e.kind != kindResponse || !slices.Equal(e.varyValues, values) {
+		if e == nil || e.kind != kindResponse {
+			return false, p
+		}
+		if stacked && !v.equal(e.varyValues) || !stacked && !slices.Equal(e.varyValues, values) {
 			return false, p
 		}
 	} else if e == nil || e.kind != kindResponse || !c.matches(e, r) {

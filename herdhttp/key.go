@@ -129,14 +129,22 @@ func (c *engine) variantKey(primary string, values []string) string {
 // herd.Key("vary", primary, bucket), the bucket the FNV-1a hash of the
 // values, each followed by a zero byte, modulo MaxVariants.
 func (c *engine) appendVariantKey(b []byte, primary string, values []string) []byte {
-	const offset64, prime64 = 14695981039346656037, 1099511628211
-	h := uint64(offset64)
+	h := uint64(fnvOffset)
 	for _, v := range values {
 		for i := 0; i < len(v); i++ {
-			h = (h ^ uint64(v[i])) * prime64
+			h = (h ^ uint64(v[i])) * fnvPrime
 		}
-		h *= prime64 // the zero byte: h ^ 0 is h
+		h *= fnvPrime // the zero byte: h ^ 0 is h
 	}
+	return c.appendVariantBucket(b, primary, h)
+}
+
+// The parameters of 64-bit FNV-1a.
+const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
+
+// appendVariantBucket appends the variant key of primary whose values
+// hash to h.
+func (c *engine) appendVariantBucket(b []byte, primary string, h uint64) []byte {
 	b = append(b, "vary"...)
 	b = append(b, keySep)
 	b = appendEscaped(b, primary)
