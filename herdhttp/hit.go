@@ -22,9 +22,9 @@ type peeked struct {
 }
 
 // serveHit answers r from the cache when it is a plain hit, writing the
-// stored response straight to w: a GET or HEAD without conditions or
-// Range (and without Cache-Control or Pragma when RequestCacheControl is
-// set), whose key has no fetch running in this process, and whose stored
+// stored response straight to w, or 304 when r's conditions say the
+// client's copy is current: a GET or HEAD without Range (and without
+// Cache-Control or Pragma when RequestCacheControl is set), whose key has no fetch running in this process, and whose stored
 // response is fresh and selected by the request: stored under its
 // primary key, or under the variant key that the URL's Vary index and
 // the request's values give. Its fields are copied into
@@ -38,7 +38,7 @@ func (c *engine) serveHit(w http.ResponseWriter, r *http.Request) (bool, peeked)
 		return false, peeked{}
 	}
 	rh := r.Header
-	if rh["Range"] != nil || rh["If-None-Match"] != nil || rh["If-Modified-Since"] != nil {
+	if rh["Range"] != nil {
 		return false, peeked{}
 	}
 	if c.o.RequestCacheControl && (rh["Cache-Control"] != nil || rh["Pragma"] != nil) {
@@ -89,13 +89,24 @@ func (c *engine) serveHit(w http.ResponseWriter, r *http.Request) (bool, peeked)
 		return false, p
 	}
 	c.rec.RecordRoute(c.route(r), OutcomeHit)
+	v := c.hitValues(e, max(seconds(e.currentAge(now)), 0), seconds(e.ttl(now)))
+	if e.status == http.StatusOK && (rh["If-None-Match"] != nil || rh["If-Modified-Since"] != nil) && notModified(r, e.header) {
+		// 304 with the fields RFC 9110 §15.4.5 lists (see notModified)
+		for _, k := range notModifiedFields {
+			if vs, ok := e.header[k]; ok {
+				wh[k] = vs
+			}
+		}
+		wh["Age"], wh["Cache-Status"] = v.ageV, v.status
+		w.WriteHeader(http.StatusNotModified)
+		return true, peeked{}
+	}
 	for k, vs := range e.header {
 		if !c.o.ForwardTags && (k == "Surrogate-Key" || k == "Cache-Tag") {
 			continue // see tagFields
 		}
 		wh[k] = vs
 	}
-	v := c.hitValues(e, max(seconds(e.currentAge(now)), 0), seconds(e.ttl(now)))
 	wh["Age"], wh["Cache-Status"], wh["Content-Length"] = v.ageV, v.status, v.length
 	w.WriteHeader(e.status)
 	if r.Method == http.MethodGet && len(e.body) > 0 {

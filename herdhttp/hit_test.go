@@ -22,7 +22,10 @@ import (
 // and Cache-Status (after an upstream cache's member, when the response
 // came with one), Content-Length and the body, for a response stored
 // under its URL and for one stored as the variant the request's
-// Accept-Encoding selects; a HEAD gets the same
+// Accept-Encoding selects; a request whose If-None-Match or
+// If-Modified-Since the stored response meets gets 304 with the fields
+// RFC 9110 §15.4.5 lists, one it does not meet the whole response; a
+// HEAD gets the same
 // fields and no body; the tag fields stay behind. Read off a real
 // loopback connection, several requests on one connection, so that the
 // values a hit keeps for later hits are checked too.
@@ -111,10 +114,32 @@ func TestHitWritten(t *testing.T) {
 		if path == "/listed" {
 			upstream = []string{"upstream; hit"}
 		}
-		for i, method := range []string{"GET", "GET", "HEAD", "GET"} {
-			io.WriteString(conn, method+" "+path+" HTTP/1.1\r\nHost: "+front.Listener.Addr().String()+"\r\n"+field+"\r\n")
+		// A 304 carries the stored fields RFC 9110 §15.4.5 lists.
+		var want304 []string
+		for _, l := range want {
+			switch name, _, _ := strings.Cut(l, ":"); name {
+			case "Cache-Control", "Date", "Etag", "Last-Modified", "Vary":
+				want304 = append(want304, l)
+			}
+		}
+		for i, rq := range []struct{ method, cond string }{
+			{"GET", ""}, {"GET", ""}, {"HEAD", ""}, {"GET", ""},
+			{"GET", "If-None-Match: \"v1\"\r\n"}, {"HEAD", "If-None-Match: W/\"v1\", \"v0\"\r\n"},
+			{"GET", "If-None-Match: \"v2\"\r\n"},
+			{"GET", "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n"},
+			{"GET", "If-Modified-Since: Sat, 05 Nov 1994 08:49:37 GMT\r\n"},
+		} {
+			method := rq.method
+			io.WriteString(conn, method+" "+path+" HTTP/1.1\r\nHost: "+front.Listener.Addr().String()+"\r\n"+field+rq.cond+"\r\n")
 			status, lines := readHead(t, br)
-			if status != "HTTP/1.1 200 OK" {
+			current := strings.Contains(rq.cond, `"v1"`) || strings.Contains(rq.cond, "Sun, 06")
+			want := want
+			if current {
+				want = want304
+				if status != "HTTP/1.1 304 Not Modified" {
+					t.Fatalf("%s %s #%d with %q: status line %q", method, path, i, rq.cond, status)
+				}
+			} else if status != "HTTP/1.1 200 OK" {
 				t.Fatalf("%s %s #%d: status line %q", method, path, i, status)
 			}
 			var fields, age, cacheStatus []string
@@ -145,7 +170,7 @@ func TestHitWritten(t *testing.T) {
 			if ttl, _ := strconv.Atoi(m[1]); a+ttl != 600 && a+ttl != 599 {
 				t.Errorf("%s %s #%d: Age %d and ttl %d do not make the 600 s lifetime", method, path, i, a, ttl)
 			}
-			if method == "HEAD" {
+			if method == "HEAD" || current {
 				continue
 			}
 			got := make([]byte, len(body))
