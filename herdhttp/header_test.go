@@ -44,6 +44,7 @@ func TestHeaderBytesCounted(t *testing.T) {
 		field := strings.Repeat("h", 4<<10)
 		f := newFixture(t, &herdhttp.Options{MaxBytes: budget}, static("b", "Cache-Control: max-age=60", "X-Big: "+field))
 		f.mustGet("/0", 200, "b")
+		synctest.Wait() // stored as the fetch ends, a moment after its client has read it all
 		if w := f.h.LocalWeight(); w < 4<<10 {
 			t.Errorf("one response with a 4 KiB field weighs %d in the local tier; want at least 4 KiB", w)
 		}
