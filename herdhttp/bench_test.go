@@ -93,6 +93,35 @@ func BenchmarkHit(b *testing.B) {
 	}
 }
 
+// BenchmarkHitVary is BenchmarkHit for a response that varies on
+// Accept-Encoding: the URL's Vary index, then its variant, are looked up.
+func BenchmarkHitVary(b *testing.B) {
+	body := strings.Repeat("x", 1024)
+	h, err := herdhttp.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("Vary", "Accept-Encoding")
+		io.WriteString(w, body)
+	}), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close(b.Context())
+	r := httptest.NewRequest(http.MethodGet, "http://www.example/page", nil)
+	r.Header.Set("Accept-Encoding", "gzip, br")
+	w := &discardWriter{h: http.Header{}}
+	h.ServeHTTP(w, r) // stored
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		clear(w.h)
+		w.n = 0
+		h.ServeHTTP(w, r)
+		if w.n != 1024 {
+			b.Fatalf("wrote %d bytes", w.n)
+		}
+	}
+}
+
 // discardWriter is a ResponseWriter that counts the body and keeps nothing.
 type discardWriter struct {
 	h http.Header

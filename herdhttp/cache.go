@@ -152,14 +152,27 @@ type request struct {
 	fwd string
 	// restarts counts the lookups made again after a fetch gave an index.
 	restarts int
+	// peeked says that pre is what the tiers held under primary when the
+	// request arrived: its first lookup takes it rather than ask again.
+	peeked bool
+	pre    *entry
+	// vkey, when not empty, is a variant key the request's values gave
+	// under the Vary index in pre, and vpre what the tiers held under it;
+	// its first lookup of that key takes it rather than ask again.
+	vkey string
+	vpre *entry
 	// in forwards the 1xx responses of its origin requests to its
 	// client; nil: none are.
 	in *interim
 }
 
-// roundTrip answers r from the cache or the origin.
-func (c *engine) roundTrip(r *http.Request, in *interim) (*http.Response, error) {
-	q := &request{r: r, in: in, start: time.Now().UnixNano(), route: c.route(r)}
+// roundTrip answers r from the cache or the origin; p is what the hit
+// path found of it, if it looked.
+func (c *engine) roundTrip(r *http.Request, in *interim, p peeked) (*http.Response, error) {
+	q := &request{r: r, in: in, start: p.start, route: c.route(r)}
+	if p.key == "" {
+		q.start = time.Now().UnixNano()
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 	default:
@@ -174,7 +187,11 @@ func (c *engine) roundTrip(r *http.Request, in *interim) (*http.Response, error)
 			return c.pass(q, OutcomePass, "fwd=request")
 		}
 	}
-	q.primary = c.primaryKey(r)
+	if p.key != "" {
+		q.primary, q.peeked, q.pre, q.vkey, q.vpre = p.key, true, p.e, p.vkey, p.ve
+	} else {
+		q.primary = c.primaryKey(r)
+	}
 	return c.lookup(q)
 }
 
@@ -187,7 +204,12 @@ func (c *engine) lookup(q *request) (*http.Response, error) {
 	if s, b := c.fl.get(q.key); s != nil {
 		return c.follow(q, s, b, nil)
 	}
-	e := c.peek(ctx, q.key)
+	var e *entry
+	if q.peeked {
+		e, q.peeked, q.pre = q.pre, false, nil
+	} else {
+		e = c.peek(ctx, q.key)
+	}
 	if e != nil && e.kind == kindIndex {
 		return c.lookupVariant(q, e.varyNames)
 	}
@@ -202,6 +224,11 @@ func (c *engine) lookupVariant(q *request, names []string) (*http.Response, erro
 	q.old, q.found, q.fwd = nil, nil, "vary-miss"
 	if s, b := c.fl.get(q.key); s != nil {
 		return c.follow(q, s, b, nil)
+	}
+	if q.vkey != "" && q.vkey == q.key {
+		e := q.vpre
+		q.vkey, q.vpre = "", nil
+		return c.answer(q, e)
 	}
 	return c.answer(q, c.peek(q.r.Context(), q.key))
 }

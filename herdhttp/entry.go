@@ -64,6 +64,10 @@ type entry struct {
 	// reason says why a key is hit-for-pass.
 	reason string
 
+	// hit holds the values a hit on a response adds (nil: none are
+	// kept); set when the entry is made, before it is shared.
+	hit *hitMemo
+
 	// herdSoft is when the cache's storage of this entry was set to end,
 	// in Unix nanoseconds; nothing is decided by it.
 	herdSoft int64
@@ -178,6 +182,9 @@ func decodeEntry(b []byte) (*entry, error) {
 	e := &entry{kind: kind(d.byte()), flags: d.byte()}
 	if e.kind < kindResponse || e.kind > kindIndex {
 		return nil, errCorrupt
+	}
+	if e.kind == kindResponse {
+		e.hit = new(hitMemo)
 	}
 	status := d.varint()
 	if status < 0 || status > 999 {

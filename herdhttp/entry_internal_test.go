@@ -29,6 +29,10 @@ func TestEntryRoundTrip(t *testing.T) {
 		if got.body == nil {
 			got.body = []byte{}
 		}
+		if (got.hit != nil) != (got.kind == kindResponse) {
+			t.Errorf("decoded %v: hit memo %v, want one for a response only", got.kind, got.hit)
+		}
+		got.hit = e.hit // the memo is the decoder's own, never stored
 		if e.body == nil {
 			e.body = []byte{}
 		}

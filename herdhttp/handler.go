@@ -87,8 +87,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.upgrade.ServeHTTP(w, r)
 		return
 	}
+	done, p := h.e.serveHit(w, r)
+	if done {
+		return
+	}
 	in := newInterim(w, r)
-	resp, err := h.e.serve(r, in)
+	resp, err := h.e.serve(r, in, p)
 	in.stop()
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -175,7 +179,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if isUpgrade(r.Header) {
 		return t.e.origin.RoundTrip(r)
 	}
-	resp, err := t.e.serve(r, nil)
+	resp, err := t.e.serve(r, nil, peeked{})
 	if err == nil {
 		resp.Header = resp.Header.Clone() // the caller's to change; the stored fields are shared
 	}

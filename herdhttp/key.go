@@ -1,32 +1,89 @@
 package herdhttp
 
 import (
-	"hash/fnv"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/herdcache/herd"
 )
 
 // primaryKey is the cache key of a GET or HEAD request: scheme, host,
 // path and query (sorted when NormalizeQuery is set), then the values of
-// the KeyHeaders fields, encoded with herd.Key so that no two different
-// requests share a key unless all of those are equal. GET and HEAD share
-// the key: a HEAD is answered from a stored GET.
+// the KeyHeaders fields (the lines of one joined by newlines), encoded as
+// herd.Key("http", ...) encodes them, so that no two different requests
+// share a key unless all of those are equal. GET and HEAD share the key:
+// a HEAD is answered from a stored GET.
 func (c *engine) primaryKey(r *http.Request) string {
-	parts := make([]string, 0, 4+len(c.keyHeaders))
+	var buf [keyBuf]byte
+	return string(c.appendPrimaryKey(buf[:0], r))
+}
+
+// keyBuf is the size of the stack buffer a key is built in; a longer key
+// grows onto the heap.
+const keyBuf = 256
+
+// appendPrimaryKey appends r's primary key to b, without building the
+// strings of its parts.
+func (c *engine) appendPrimaryKey(b []byte, r *http.Request) []byte {
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host
 	}
-	parts = append(parts, c.scheme(r), strings.ToLower(host), r.URL.EscapedPath(), c.query(r.URL))
-	for _, h := range c.keyHeaders {
-		parts = append(parts, strings.Join(r.Header.Values(h), "\n"))
+	b = append(b, "http"...)
+	b = append(b, keySep)
+	b = appendEscaped(b, c.scheme(r))
+	b = append(b, keySep)
+	for i := 0; i < len(host); i++ {
+		ch := host[i]
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		b = appendEscapedByte(b, ch)
 	}
-	return herd.Key("http", parts...)
+	b = append(b, keySep)
+	b = appendEscaped(b, r.URL.EscapedPath())
+	b = append(b, keySep)
+	if !c.o.NormalizeQuery || r.URL.RawQuery == "" {
+		if r.URL.ForceQuery || r.URL.RawQuery != "" {
+			b = append(b, '?')
+			b = appendEscaped(b, r.URL.RawQuery)
+		}
+	} else {
+		b = appendEscaped(b, c.query(r.URL))
+	}
+	for _, h := range c.keyHeaders {
+		b = append(b, keySep)
+		for i, v := range r.Header[h] {
+			if i > 0 {
+				b = append(b, '\n')
+			}
+			b = appendEscaped(b, v)
+		}
+	}
+	return b
+}
+
+// The bytes herd.Key gives a meaning: the separator of the parts, and the
+// escape that makes the byte after it literal.
+const (
+	keySep    = '|'
+	keyEscape = '\\'
+)
+
+// appendEscaped appends s to b as herd.Key writes a part.
+func appendEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		b = appendEscapedByte(b, s[i])
+	}
+	return b
+}
+
+func appendEscapedByte(b []byte, ch byte) []byte {
+	if ch == keySep || ch == keyEscape {
+		b = append(b, keyEscape)
+	}
+	return append(b, ch)
 }
 
 // scheme is the request's scheme: its URL's when it has one (a client
@@ -64,12 +121,35 @@ func (c *engine) query(u *url.URL) string {
 // share a bucket replace each other there; an entry is served only to a
 // request whose values equal the ones it stores.
 func (c *engine) variantKey(primary string, values []string) string {
-	h := fnv.New64a()
+	var buf [keyBuf]byte
+	return string(c.appendVariantKey(buf[:0], primary, values))
+}
+
+// appendVariantKey appends variantKey(primary, values) to b:
+// herd.Key("vary", primary, bucket), the bucket the FNV-1a hash of the
+// values, each followed by a zero byte, modulo MaxVariants.
+func (c *engine) appendVariantKey(b []byte, primary string, values []string) []byte {
+	h := uint64(fnvOffset)
 	for _, v := range values {
-		h.Write([]byte(v))
-		h.Write([]byte{0})
+		for i := 0; i < len(v); i++ {
+			h = (h ^ uint64(v[i])) * fnvPrime
+		}
+		h *= fnvPrime // the zero byte: h ^ 0 is h
 	}
-	return herd.Key("vary", primary, strconv.FormatUint(h.Sum64()%uint64(c.o.MaxVariants), 10))
+	return c.appendVariantBucket(b, primary, h)
+}
+
+// The parameters of 64-bit FNV-1a.
+const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
+
+// appendVariantBucket appends the variant key of primary whose values
+// hash to h.
+func (c *engine) appendVariantBucket(b []byte, primary string, h uint64) []byte {
+	b = append(b, "vary"...)
+	b = append(b, keySep)
+	b = appendEscaped(b, primary)
+	b = append(b, keySep)
+	return strconv.AppendUint(b, h%uint64(c.o.MaxVariants), 10)
 }
 
 // varyNames parses the Vary field of a response: its field names,

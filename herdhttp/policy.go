@@ -19,7 +19,7 @@ func (c *engine) describe(f *fetch, resp *http.Response, reqTime, respTime int64
 	if why := notStorable(f.auth, resp.StatusCode, resp.Header, cc, resp.ContentLength, c.o.StoreSetCookie, c.o.MaxBodyBytes); why != "" {
 		return nil, why
 	}
-	e := &entry{kind: kindResponse, status: resp.StatusCode, reqTime: reqTime, respTime: respTime}
+	e := &entry{kind: kindResponse, status: resp.StatusCode, reqTime: reqTime, respTime: respTime, hit: new(hitMemo)}
 	e.header = cleanHeader(resp.Header, cc)
 	c.timing(e, cc, targeted, respTime)
 	if e.lifetime < 0 && defaultCacheable[e.status] && e.keep > 0 && e.validator() {

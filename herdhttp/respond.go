@@ -105,15 +105,20 @@ func addStatus(h http.Header, name, params string) {
 // lists.
 func (c *engine) notModified(resp *http.Response) *http.Response {
 	h := http.Header{}
-	for _, k := range []string{"Cache-Control", "Content-Location", "Date", "Etag", "Expires", "Vary", "Last-Modified", "Age", "Cache-Status"} {
+	for _, k := range notModifiedFields {
 		if vs, ok := resp.Header[k]; ok {
 			h[k] = vs
 		}
 	}
+	h["Age"], h["Cache-Status"] = resp.Header["Age"], resp.Header["Cache-Status"]
 	resp.StatusCode, resp.Status = http.StatusNotModified, statusText(http.StatusNotModified)
 	resp.Header, resp.Body, resp.ContentLength = h, http.NoBody, 0
 	return resp
 }
+
+// notModifiedFields are the stored fields a 304 carries, besides Age
+// and Cache-Status.
+var notModifiedFields = []string{"Cache-Control", "Content-Location", "Date", "Etag", "Expires", "Vary", "Last-Modified"}
 
 // serveRange makes resp, a full 200 of body, answer r's Range when it
 // asks for one satisfiable byte range (and If-Range, if any, holds): 206

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 )
 
 // flights holds the fetches of this process in progress, one stream per
@@ -13,6 +14,9 @@ import (
 type flights struct {
 	mu sync.Mutex
 	m  map[string]*stream
+	// n is len(m), written under mu: get reads it without the lock, so
+	// that a request finds no fetch without taking mu while none runs.
+	n atomic.Int64
 }
 
 // join returns key's stream with a reader of its body, and whether the
@@ -33,6 +37,9 @@ func (f *flights) join(key string, bufLimit int64, old *entry) (s *stream, b *st
 	}
 	s = newStream(bufLimit)
 	s.old = old
+	if f.m[key] == nil {
+		f.n.Add(1)
+	}
 	f.m[key] = s
 	return s, s.attach(), true
 }
@@ -40,6 +47,9 @@ func (f *flights) join(key string, bufLimit int64, old *entry) (s *stream, b *st
 // get returns key's stream, with a reader of its body, when one runs that
 // a reader may join.
 func (f *flights) get(key string) (*stream, *streamBody) {
+	if f.n.Load() == 0 {
+		return nil, nil // none runs, as if it were asked with mu held now
+	}
 	f.mu.Lock()
 	s := f.m[key]
 	f.mu.Unlock()
@@ -52,11 +62,23 @@ func (f *flights) get(key string) (*stream, *streamBody) {
 	return nil, nil
 }
 
+// running reports whether a fetch of key is in progress, without taking
+// the lock while none is.
+func (f *flights) running(key string) bool {
+	if f.n.Load() == 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m[key] != nil
+}
+
 // remove forgets s as key's stream: later requests start a new one.
 func (f *flights) remove(key string, s *stream) {
 	f.mu.Lock()
 	if f.m[key] == s {
 		delete(f.m, key)
+		f.n.Add(-1)
 	}
 	f.mu.Unlock()
 }

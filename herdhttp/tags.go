@@ -54,8 +54,8 @@ func (c *engine) setUntagged(ctx context.Context, key string, e *entry, soft, ha
 // serve answers r as roundTrip does, without the tag fields unless
 // Options.ForwardTags is set: tags name the origin's internals (its
 // tables, its users' ids) and are the cache's business alone.
-func (c *engine) serve(r *http.Request, in *interim) (*http.Response, error) {
-	resp, err := c.roundTrip(r, in)
+func (c *engine) serve(r *http.Request, in *interim, p peeked) (*http.Response, error) {
+	resp, err := c.roundTrip(r, in, p)
 	if err != nil || c.o.ForwardTags {
 		return resp, err
 	}

@@ -32,6 +32,24 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 export PATH=$PATH:/usr/sbin
 
+# cputicks PID: the user and system CPU time, in clock ticks, used so far
+# by PID and every process under it (nginx's workers, Varnish's child),
+# from /proc/PID/stat fields 14 and 15.
+descendants() {
+	echo "$1"
+	for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do descendants "$c"; done
+}
+cputicks() {
+	local t=0 p f
+	for p in $(descendants "$1"); do
+		f=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+		set -- $f # fields from the 3rd on: utime is the 12th, stime the 13th
+		t=$((t + ${12} + ${13}))
+	done
+	echo "$t"
+}
+hz=$(getconf CLK_TCK)
+
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 (cd "$repo/bench" && go build -o "$work/origin" ./http/origin)
@@ -85,12 +103,14 @@ http {
 CONF
 nginx -c "$work/nginx.conf" -e "$work/nginx/error.log" &
 pids+=($!)
+nginxpid=$!
 
 # Varnish: default thread pools, 64 MiB malloc storage, no varnishncsa.
 vp=$(freeport)
 varnishd -F -n "$work/varnish" -a "127.0.0.1:$vp" -b "$origin" -s malloc,64m \
 	-T none >"$work/varnish.log" 2>&1 &
 pids+=($!)
+varnishpid=$!
 
 url=/page
 ready() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1$url" 2>/dev/null | grep -q 200; }
@@ -102,19 +122,25 @@ for p in $hp $np $vp; do
 done
 
 declare -A port=([herd]=$hp [nginx]=$np [varnish]=$vp)
+declare -A pid=([herd]=$herdpid [nginx]=$nginxpid [varnish]=$varnishpid)
 names=(herd nginx varnish)
 echo "wrk -t$THREADS -c$CONNS -d$DUR --latency, $ROUNDS rounds interleaved, body $SIZE bytes"
 for r in $(seq "$ROUNDS"); do
 	# rotate the order so that no server always runs first
 	for i in 0 1 2; do
 		n=${names[$(( (i + r) % 3 ))]}
+		t0=$(cputicks "${pid[$n]}")
 		out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DUR" --latency "http://127.0.0.1:${port[$n]}$url")
+		t1=$(cputicks "${pid[$n]}")
+		reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+		# the server's CPU time per request, in microseconds
+		cpu=$(awk -v d=$((t1 - t0)) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.1f", (n > 0 ? d / hz / n * 1e6 : 0) }')
 		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
 		p50=$(awk '$1=="50%" {print $2}' <<<"$out")
 		p99=$(awk '$1=="99%" {print $2}' <<<"$out")
 		non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
-		printf '%s round %d %-8s %10s req/s  p50 %8s  p99 %8s  %s\n' "$(date -u +%T)" "$r" "$n" "$rps" "$p50" "$p99" "${non2xx:+non-2xx $non2xx}"
-		echo "$n $rps $p50 $p99" >>"$work/results"
+		printf '%s round %d %-8s %10s req/s  p50 %8s  p99 %8s  CPU %6s us/req  %s\n' "$(date -u +%T)" "$r" "$n" "$rps" "$p50" "$p99" "$cpu" "${non2xx:+non-2xx $non2xx}"
+		echo "$n $rps $p50 $p99 $cpu" >>"$work/results"
 	done
 done
 echo "herd proxy RSS: $(awk '/VmHWM/ {print $2, $3}' /proc/$herdpid/status) peak"
@@ -126,13 +152,13 @@ def ms(v):
             return float(v[:-len(u)]) * f
 rows = {}
 for line in open(sys.argv[1]):
-    n, rps, p50, p99 = line.split()
-    rows.setdefault(n, []).append((float(rps), ms(p50), ms(p99)))
+    n, rps, p50, p99, cpu = line.split()
+    rows.setdefault(n, []).append((float(rps), ms(p50), ms(p99), float(cpu)))
 med = {}
-print("%-8s %12s %10s %10s" % ("server", "req/s med", "p50 ms", "p99 ms"))
+print("%-8s %12s %10s %10s %14s" % ("server", "req/s med", "p50 ms", "p99 ms", "CPU us/req"))
 for n, v in rows.items():
     med[n] = statistics.median(r[0] for r in v)
-    print("%-8s %12.0f %10.3f %10.3f" % (n, med[n], statistics.median(r[1] for r in v), statistics.median(r[2] for r in v)))
+    print("%-8s %12.0f %10.3f %10.3f %14.1f" % (n, med[n], statistics.median(r[1] for r in v), statistics.median(r[2] for r in v), statistics.median(r[3] for r in v)))
 print("herd / nginx   %.2f" % (med["herd"] / med["nginx"]))
 print("herd / varnish %.2f" % (med["herd"] / med["varnish"]))
 PY

@@ -12,6 +12,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -239,6 +241,15 @@ type routeMetrics struct {
 	observe.NopRecorder
 	requests, revalidations, originErrors *prometheus.CounterVec
 	origin                                *prometheus.HistogramVec
+	// byRoute holds a *routeCounters per route seen: a request's counter
+	// is found without hashing its labels or locking the vector.
+	byRoute sync.Map
+}
+
+// routeCounters are one route's counters by outcome, each looked up in
+// its vector on the first request of its outcome and kept.
+type routeCounters struct {
+	outcomes [16]atomic.Pointer[prometheus.Counter]
 }
 
 func newRouteMetrics() *routeMetrics {
@@ -264,11 +275,31 @@ func newRouteMetrics() *routeMetrics {
 }
 
 func (m *routeMetrics) RecordRoute(route string, o herdhttp.Outcome) {
-	if o == herdhttp.OutcomeRevalidation {
-		m.revalidations.WithLabelValues(route).Inc()
-		return
+	m.counter(route, o).Inc()
+}
+
+// counter is the counter of route's outcome o.
+func (m *routeMetrics) counter(route string, o herdhttp.Outcome) prometheus.Counter {
+	vec := func() prometheus.Counter {
+		if o == herdhttp.OutcomeRevalidation {
+			return m.revalidations.WithLabelValues(route)
+		}
+		return m.requests.WithLabelValues(route, o.String())
 	}
-	m.requests.WithLabelValues(route, o.String()).Inc()
+	rc, ok := m.byRoute.Load(route)
+	if !ok {
+		rc, _ = m.byRoute.LoadOrStore(route, new(routeCounters))
+	}
+	slots := &rc.(*routeCounters).outcomes
+	if int(o) >= len(slots) {
+		return vec()
+	}
+	if c := slots[o].Load(); c != nil {
+		return *c
+	}
+	c := vec() // the vector's one counter for these labels, whoever stores it
+	slots[o].Store(&c)
+	return c
 }
 
 func (m *routeMetrics) RecordOrigin(route string, status int, d time.Duration) {

@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/herdcache/herd/herdhttp"
 	"github.com/herdcache/herd/redisstore/redisproc"
 )
 
@@ -368,6 +372,38 @@ func TestProxyHelpListsFlags(t *testing.T) {
 		code, _, stderr := herd(t, append([]string{"proxy", "--upstream", "http://127.0.0.1:1"}, args...)...)
 		if code != exitUsage || !strings.HasPrefix(stderr, "herd proxy: ") {
 			t.Errorf("herd proxy %q: %d %q; want 2 and a message", args, code, stderr)
+		}
+	}
+}
+
+// The counters a route's outcomes are kept in count every record made
+// at once from many goroutines, each outcome and route apart, with the
+// labels the vectors give them.
+func TestRouteMetricsCountersKept(t *testing.T) {
+	m := newRouteMetrics()
+	outcomes := []herdhttp.Outcome{herdhttp.OutcomeHit, herdhttp.OutcomeMiss, herdhttp.OutcomeRevalidation}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				m.RecordRoute([]string{"other", "GET /a"}[(g+i)%2], outcomes[i%3])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range []struct {
+		c    prometheus.Counter
+		want float64
+	}{
+		{m.requests.WithLabelValues("other", "hit"), 400},
+		{m.requests.WithLabelValues("GET /a", "hit"), 400},
+		{m.requests.WithLabelValues("other", "miss"), 400},
+		{m.revalidations.WithLabelValues("GET /a"), 400},
+	} {
+		if got := testutil.ToFloat64(c.c); got != c.want {
+			t.Errorf("%s: %v, want %v", c.c.Desc(), got, c.want)
 		}
 	}
 }
