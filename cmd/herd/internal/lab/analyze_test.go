@@ -663,3 +663,37 @@ func TestValidate(t *testing.T) {
 		t.Errorf("loopback Redis and PostgreSQL refused: %v", err)
 	}
 }
+
+// XFetch promises no wait only for a refresh no longer than the load
+// before it plus its margin: on its rung, a wait for a load that ran
+// longer is reported and not judged; from stale-while-revalidate up, it is.
+func TestNoWaitJudgesLongLoadsAboveXFetch(t *testing.T) {
+	ms := time.Millisecond
+	calls := []Call{
+		{ID: 1, Key: 7, Start: 0, End: 40 * ms, Done: true},
+		{ID: 2, Key: 7, Start: 200 * ms, End: 250 * ms, Done: true}, // 50ms > 1.2 × 40ms
+		{ID: 3, Key: 7, Start: 400 * ms, End: 440 * ms, Done: true}, // 40ms ≤ 1.2 × 50ms
+		{ID: 4, Key: 8, Start: 400 * ms, End: 900 * ms, Done: true}, // its key's first
+	}
+	prev := previousLoads(calls)
+	for _, tc := range []struct {
+		call uint64
+		long bool
+	}{{1, false}, {2, true}, {3, false}, {4, false}, {0, false}, {9, false}} {
+		if got := ranLong(request{call: tc.call}, calls, prev); got != tc.long {
+			t.Errorf("call %d: ranLong %v, want %v", tc.call, got, tc.long)
+		}
+	}
+
+	for layer, want := range map[string]bool{"xfetch": true, "swr": false, "ahead": false} {
+		m := &measures{plan: plan{"hot-key", layer, ""}, waitedRanLong: 2}
+		m.run.Expiries, m.run.WaitedOnOrigin = 4, 2
+		if measured, _, ok := noWait.eval(m); ok != want {
+			t.Errorf("%s with 2 waits, both for a load that ran long: ok %v (%s), want %v", layer, ok, measured, want)
+		}
+		m.waitedRanLong = 1 // one wait for a load that did not run long
+		if _, _, ok := noWait.eval(m); ok {
+			t.Errorf("%s with a wait for a load that did not run long passed", layer)
+		}
+	}
+}

@@ -124,7 +124,9 @@
 // Each layer's promises hold for it and every rung above it:
 //
 //	hot-key     coalescing: ≤ 1 load per replica per expiry; lease: 1 load per expiry;
-//	            xfetch (and swr): no client waited after warm-up;
+//	            xfetch (and swr): no client waited after warm-up (on the xfetch rung
+//	            itself, none that waited for a refresh no longer than the load before
+//	            it plus XFetch's 20% margin, all that XFetch promises);
 //	            ahead: ≤ 1.2 loads per soft TTL after warm-up, and every refresh began
 //	            before its value expired (no stale serve before its refresh began)
 //	flush       coalescing: ≤ 1 load per replica per key; lease: ≤ 1 load per key
