@@ -52,8 +52,8 @@ func queued(limit float64) float64 { return max(1, math.Sqrt(limit)/2) }
 // above 2d for relearn windows in a row, the limit's own cuts have not
 // brought it down: the store has become slower by itself, and d becomes
 // the filtered latency, so that a uniformly slower store gets its
-// concurrency back; once the filtered latency is back within twice the d
-// of before, that d returns. A quicker test catches a step: when a window
+// concurrency back; at the first window whose latency is back within
+// twice the d of before, that d returns. A quicker test catches a step: when a window
 // whose latency was above 2d cut the limit and the next window's latency
 // fell by less than cutHelped, the cut did not help; the store is slower by
 // itself, d becomes that latency and the limit before the cut returns.
@@ -232,8 +232,11 @@ func (e *estimator) remember(rtt float64) {
 	e.windows++
 	f := median(e.recent[:min(e.windows, len(e.recent))])
 	switch {
-	case e.before != 0 && f <= 2*e.before:
-		// The store is back within twice its latency before it slowed.
+	case e.before != 0 && min(f, rtt) <= 2*e.before:
+		// The store is back within twice its latency before it slowed: at
+		// the first window that says so, since a no-load latency learned
+		// while it was slow, kept longer, would let the limit run away on
+		// a store as fast as before (no window of a store still slow is).
 		e.noLoad, e.before, e.slow = min(f, e.before), 0, 0
 	case e.noLoad == 0 || f < e.noLoad:
 		e.noLoad, e.slow = f, 0

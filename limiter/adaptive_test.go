@@ -199,6 +199,27 @@ func TestNoLoadIgnoresOneFastWindow(t *testing.T) {
 	}
 }
 
+// A store that became slower by itself and then recovers gets its no-load
+// latency back at the first window as fast as before: kept at the slow
+// store's latency for the median's two windows more, it would let the limit
+// run away on a store as fast as before.
+func TestNoLoadBackAtFirstFastWindow(t *testing.T) {
+	e := newEstimator(2, 64)
+	for range 3 {
+		e.remember(100)
+	}
+	for range 8 {
+		e.remember(500)
+	}
+	if e.noLoad != 500 || e.before != 100 {
+		t.Fatalf("noLoad = %v, before = %v after a step to 500; want the store relearned: 500 and 100", e.noLoad, e.before)
+	}
+	e.remember(120)
+	if e.noLoad != 100 || e.before != 0 {
+		t.Errorf("noLoad = %v, before = %v after one window of 120; want 100 and 0", e.noLoad, e.before)
+	}
+}
+
 // Latency is measured also when the limit is fixed: ShedLatency alone makes
 // the limiter measure it, and the limit stays at Limit.
 func TestFixedLimitMeasuresForShedding(t *testing.T) {
