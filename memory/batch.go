@@ -75,6 +75,9 @@ func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, aft
 	e.leaseEnd = now.Add(ttl)
 	advance(e, nextFence(e, now), now, ttl)
 	r.stats.AcquireLease++
+	for s := range r.holds {
+		s.Push(notify.Notice{Key: key, Held: e.leaseEnd})
+	}
 	return remote.Acquired{Grant: remote.Grant{Token: e.token, Fence: e.fence}, Stale: bytes.Clone(e.value)}
 }
 

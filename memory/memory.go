@@ -29,8 +29,8 @@ const (
 const minSweep = 1024
 
 // Remote holds encoded envelopes, fences and leases in memory. It implements
-// [remote.Store], [remote.Lease] and [remote.Notifier] and is safe for concurrent
-// use. The zero value is not usable; call [New].
+// [remote.Store], [remote.Lease], [remote.Notifier] and [remote.HoldNotifier]
+// and is safe for concurrent use. The zero value is not usable; call [New].
 //
 // Values, leases and fences expire, as in redisstore: a key's fence lasts
 // max(the value's ttl, the lease's ttl, 1 min) + 10 s after the last write,
@@ -55,6 +55,8 @@ type Remote struct {
 	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
 	subs map[*notify.Subscription]struct{}
+	// holds holds the SubscribeHolds subscriptions not yet stopped.
+	holds map[*notify.Subscription]struct{}
 	// batched, when not nil, collects the notices of a batch call, pushed
 	// to every subscription as one message when it ends.
 	batched []notify.Notice
@@ -119,6 +121,7 @@ var (
 	_ remote.Lease         = (*Remote)(nil)
 	_ remote.WriteReleaser = (*Remote)(nil)
 	_ remote.Notifier      = (*Remote)(nil)
+	_ remote.HoldNotifier  = (*Remote)(nil)
 )
 
 // New returns an empty, healthy Remote.
@@ -127,6 +130,7 @@ func New() *Remote {
 		keys:    make(map[string]*entry),
 		sweepAt: minSweep,
 		subs:    make(map[*notify.Subscription]struct{}),
+		holds:   make(map[*notify.Subscription]struct{}),
 	}
 }
 
@@ -557,6 +561,26 @@ func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
 	return func() {
 		r.mu.Lock()
 		delete(r.subs, s)
+		r.mu.Unlock()
+		s.Stop()
+	}
+}
+
+// SubscribeHolds calls fn, on one goroutine per subscription and in order,
+// with a Notice whose Key and Held are set for each lease Acquire or
+// AcquireMany takes, Held being when that lease ends unless extended or
+// released ([remote.HoldNotifier]), until stop is called. A Remote does not
+// know which of the caches that share it asked: every subscriber hears
+// every lease, the asker's own included. Holds reach no Subscribe
+// subscriber. The queue and stop are Subscribe's.
+func (r *Remote) SubscribeHolds(fn func(remote.Notice)) (stop func()) {
+	s := notify.Start(func(n notify.Notice) { fn(remote.Notice(n)) }, subscribeQueue)
+	r.mu.Lock()
+	r.holds[s] = struct{}{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.holds, s)
 		r.mu.Unlock()
 		s.Stop()
 	}
