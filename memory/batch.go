@@ -43,6 +43,7 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, tt
 		r.mu.Lock()
 		out[i] = r.acquire(ctx, req.Key, ttl, req.After)
 		r.mu.Unlock()
+		r.announce(req.Key, out[i].Grant, ttl)
 	}
 	return out
 }
@@ -75,9 +76,6 @@ func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, aft
 	e.leaseEnd = now.Add(ttl)
 	advance(e, nextFence(e, now), now, ttl)
 	r.stats.AcquireLease++
-	for s := range r.holds {
-		s.Push(notify.Notice{Key: key, Held: e.leaseEnd})
-	}
 	return remote.Acquired{Grant: remote.Grant{Token: e.token, Fence: e.fence}, Stale: bytes.Clone(e.value)}
 }
 

@@ -55,8 +55,9 @@ type Remote struct {
 	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
 	subs map[*notify.Subscription]struct{}
-	// holds holds the SubscribeHolds subscriptions not yet stopped.
-	holds map[*notify.Subscription]struct{}
+	// holds calls the SubscribeHolds subscribers, on the goroutine of
+	// the Acquire that took a lease, after r.mu is unlocked.
+	holds notify.Direct
 	// batched, when not nil, collects the notices of a batch call, pushed
 	// to every subscription as one message when it ends.
 	batched []notify.Notice
@@ -130,7 +131,6 @@ func New() *Remote {
 		keys:    make(map[string]*entry),
 		sweepAt: minSweep,
 		subs:    make(map[*notify.Subscription]struct{}),
-		holds:   make(map[*notify.Subscription]struct{}),
 	}
 }
 
@@ -296,8 +296,9 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 // fresh value.
 func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	a := r.acquire(ctx, key, ttl, after)
+	r.mu.Unlock()
+	r.announce(key, a.Grant, ttl)
 	return a.Grant, a.Err
 }
 
@@ -566,22 +567,24 @@ func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
 	}
 }
 
-// SubscribeHolds calls fn, on one goroutine per subscription and in order,
-// with a Notice whose Key and Held are set for each lease Acquire or
-// AcquireMany takes, Held being when that lease ends unless extended or
-// released ([remote.HoldNotifier]), until stop is called. A Remote does not
-// know which of the caches that share it asked: every subscriber hears
-// every lease, the asker's own included. Holds reach no Subscribe
-// subscriber. The queue and stop are Subscribe's.
+// SubscribeHolds calls fn with a Notice whose Key and Held are set for
+// each lease Acquire or AcquireMany takes, Held being when that lease ends
+// unless extended or released ([remote.HoldNotifier]), until stop is
+// called. fn is called by that Acquire, on its goroutine, before it
+// returns, so a Watch that fn registers hears the holder's completion; fn
+// must return quickly, and may call Watch. A Remote does not know which of
+// the caches that share it asked: every subscriber hears every lease, the
+// asker's own included. Holds reach no Subscribe subscriber. stop waits
+// for a call of fn in progress and may be called more than once; it must
+// not be called from fn.
 func (r *Remote) SubscribeHolds(fn func(remote.Notice)) (stop func()) {
-	s := notify.Start(func(n notify.Notice) { fn(remote.Notice(n)) }, subscribeQueue)
-	r.mu.Lock()
-	r.holds[s] = struct{}{}
-	r.mu.Unlock()
-	return func() {
-		r.mu.Lock()
-		delete(r.holds, s)
-		r.mu.Unlock()
-		s.Stop()
+	return r.holds.Add(func(n notify.Notice) { fn(remote.Notice(n)) })
+}
+
+// announce calls the hold subscribers for g, a grant of key's lease for
+// ttl, if it took the lease. r.mu is not held.
+func (r *Remote) announce(key string, g remote.Grant, ttl time.Duration) {
+	if g.Token != "" {
+		r.holds.Call(notify.Notice{Key: key, Held: time.Now().Add(ttl)})
 	}
 }

@@ -489,8 +489,9 @@ type Remote struct {
 	// subs holds the subscriptions that have not been stopped, each with
 	// whether it gets proofs of liveness (SubscribeLive).
 	subs map[*notify.Subscription]bool
-	// holds holds the SubscribeHolds subscriptions not yet stopped.
-	holds map[*notify.Subscription]struct{}
+	// holds calls the SubscribeHolds subscribers, on the listening
+	// goroutine, as it reads each hold announcement.
+	holds notify.Direct
 	// lastBeat is the sequence number of the last heartbeat heard on the
 	// subscription since it was last confirmed; zero for none (live.go).
 	lastBeat uint64
@@ -573,7 +574,6 @@ func New(o Options) (*Remote, error) {
 		listening:   make(chan struct{}),
 		ready:       make(chan struct{}),
 		subs:        make(map[*notify.Subscription]bool),
-		holds:       make(map[*notify.Subscription]struct{}),
 		born:        time.Now(),
 	}
 	r.cluster, _ = o.Client.(*redis.ClusterClient)
@@ -1015,17 +1015,14 @@ func (r *Remote) Close() error {
 		return nil
 	}
 	r.waits.WakeAll()
-	subs, holds := r.subs, r.holds
+	subs := r.subs
 	r.subs = make(map[*notify.Subscription]bool)
-	r.holds = make(map[*notify.Subscription]struct{})
 	r.mu.Unlock()
 
 	for s := range subs {
 		s.Stop()
 	}
-	for s := range holds {
-		s.Stop()
-	}
+	r.holds.StopAll()
 	r.stopListen()
 	err := r.pubsub.Close()
 	<-r.listening
@@ -1075,6 +1072,14 @@ func (r *Remote) dispatch(payload string) {
 	if !ok {
 		return
 	}
+	if m.kind == holdNotice {
+		// Called here, before the next message is read, so that a Watch
+		// a subscriber registers hears the holder's completion.
+		if m.origin != r.id && !r.closed.Load() { // this Remote's own leases are no news to it
+			r.holds.Call(notify.Notice{Key: m.key, Held: time.Now().Add(time.Duration(m.fence) * time.Millisecond)})
+		}
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch m.kind {
@@ -1089,13 +1094,6 @@ func (r *Remote) dispatch(payload string) {
 	case doneNotice:
 		if m.origin != r.id { // Release woke this Remote's own Wait-ers
 			r.wake(m.key)
-		}
-	case holdNotice:
-		if m.origin != r.id { // this Remote's own leases are no news to it
-			held := time.Now().Add(time.Duration(m.fence) * time.Millisecond)
-			for s := range r.holds {
-				s.Push(notify.Notice{Key: m.key, Held: held})
-			}
 		}
 	case clearNotice:
 		r.cleared(m.fence)

@@ -266,13 +266,17 @@ type Notice struct {
 // staggers its due refreshes by a short random delay so that the first
 // replica's announcement reaches the others before they try.
 type HoldNotifier interface {
-	// SubscribeHolds calls fn, on one goroutine per subscription and in
-	// order, with a Notice whose Key and Held are set for each lease that
-	// another replica took, until stop is called. Hold announcements go to
+	// SubscribeHolds calls fn with a Notice whose Key and Held are set
+	// for each lease that another replica took, until stop is called. fn
+	// is called before the holder can announce that lease's completion
+	// (the announcer calls it, and waits), so that a [Watcher]
+	// registration fn makes hears that completion; fn must return
+	// quickly, and may call the Lease's Watch. Hold announcements go to
 	// SubscribeHolds subscribers alone, never to those of Subscribe or
-	// SubscribeLive, and they may come before or after the changes that
-	// those are given. They may be lost: a replica that missed one makes
-	// the lease attempt it would have made without it.
+	// SubscribeLive, and may come before or after the changes that those
+	// are given. They may be lost: a replica that missed one makes the
+	// lease attempt it would have made without it. stop waits for a call
+	// of fn in progress, and must not be called from fn.
 	SubscribeHolds(fn func(Notice)) (stop func())
 }
 
