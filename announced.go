@@ -40,8 +40,9 @@ func (c *Cache[V]) subscribeHolds() {
 // n.Held, capped at LeaseTTL from now. It ignores a hold while a load of
 // the key runs in this process (its own lease, or a load whose value comes
 // first) and one this replica already knows of from a lease attempt, which
-// watches the holder's completion since before it was made. Only the hold
-// subscription's goroutine calls it.
+// watches the holder's completion since before it was made. The Lease
+// calls it before the holder can announce its completion, so that the
+// watch it registers hears that completion; it returns at once.
 func (c *Cache[V]) heardHold(n remote.Notice) {
 	if n.Held.IsZero() || c.flights.Waiters(n.Key) > 0 {
 		return // a zero Notice: holds may have been lost, which costs attempts only

@@ -262,9 +262,10 @@ type Notice struct {
 // grants to the other replicas, so that they make no attempt of their own
 // while it is held. A Cache whose Lease is a HoldNotifier makes no lease
 // attempt for a key it heard held until the holder's completion or change
-// notice comes or the announced time passes (at most its LeaseTTL), and
-// staggers its due refreshes by a short random delay so that the first
-// replica's announcement reaches the others before they try.
+// notice comes or the announced time passes (at most its LeaseTTL), and,
+// once it has heard another replica's hold, staggers its due refreshes by
+// a short random delay so that the first replica's announcement reaches
+// the others before they try.
 type HoldNotifier interface {
 	// SubscribeHolds calls fn with a Notice whose Key and Held are set
 	// for each lease that another replica took, until stop is called. fn
