@@ -268,7 +268,11 @@ type Notice struct {
 // the others before they try.
 type HoldNotifier interface {
 	// SubscribeHolds calls fn with a Notice whose Key and Held are set
-	// for each lease that another replica took, until stop is called. fn
+	// for each lease that another replica took, until stop is called (a
+	// tier that cannot tell the replicas apart, as memory.Remote, may
+	// announce a replica's own leases to it too: a Cache ignores the hold
+	// of a key it is loading, and any other is ended by its own lease's
+	// release). fn
 	// is called before the holder can announce that lease's completion
 	// (the announcer calls it, and waits), so that a [Watcher]
 	// registration fn makes hears that completion; fn must return
