@@ -77,7 +77,9 @@
 //	g<generation>      every key retired (InvalidateAll)
 //	t<version>:<tag>   tag's version advanced (InvalidateTag)
 //	h<sequence>:<ms>   a heartbeat (LivePeriod), the server's clock in ms
-//	l<ms>:<origin><key> key's lease taken (Acquire, AcquireMany) for ms
+//	l<ms>:<origin><key>
+//	                   key's lease taken (Acquire, AcquireMany) for ms,
+//	                   handed to SubscribeHolds subscribers alone
 //
 // where origin is the announcing Remote's id (16 hex digits), length the
 // key's length in bytes, and every number a canonical decimal; a message
