@@ -19,21 +19,24 @@ import (
 // a key's lease makes no further attempt at it before the holder's notice or
 // the holder's time, and a shed refresh of the hottest key is not starved.
 
-// acquires counts the Acquire calls a replica makes through it.
+// acquires counts the Acquire calls a replica makes through it. It
+// announces no holds: the replica learns that a lease is held only by
+// asking for it (announced_test.go has the replicas that hear holds).
 type acquires struct {
-	*memory.Remote
+	leaseOnly
 	n atomic.Int64
 }
 
 func (a *acquires) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	a.n.Add(1)
-	return a.Remote.Acquire(ctx, key, ttl, after)
+	return a.leaseOnly.Acquire(ctx, key, ttl, after)
 }
 
-// countingReplica is a replica over r whose Lease calls are counted.
+// countingReplica is a replica over r whose Lease calls are counted, and
+// which hears no hold announcements.
 func countingReplica(t *testing.T, r *memory.Remote, mod func(*herd.Options[int])) (*herd.Cache[int], *acquires) {
 	t.Helper()
-	a := &acquires{Remote: r}
+	a := &acquires{leaseOnly: r}
 	return fleetReplica(t, r, func(o *herd.Options[int]) {
 		o.Lease = a
 		if mod != nil {

@@ -67,6 +67,9 @@ type Cache[V any] struct {
 	// them for determinism.
 	draw       func() float64
 	jitterDraw func() float64
+	// staggerDraw returns the number in [0, 1) that scales the random
+	// delay of a due refresh (announced.go); tests replace it.
+	staggerDraw func() float64
 
 	// closeCtx ends when Close is called; it cancels running loads.
 	closeCtx context.Context
@@ -76,6 +79,12 @@ type Cache[V any] struct {
 	closed      atomic.Bool
 	bg          sync.WaitGroup
 	unsubscribe func()
+	// unsubscribeHolds stops the subscription to the Lease's hold
+	// announcements; nil when the Lease makes none (announced.go).
+	unsubscribeHolds func()
+	// heardOthers is set once the hold of another replica has been heard:
+	// from then on due refreshes are staggered (announced.go).
+	heardOthers atomic.Bool
 	pins        pins[V]
 	// hot counts reads for RefreshAheadHot over each soft TTL, and shared
 	// for ShareHotKeys over each of its periods; nil when off.
@@ -107,10 +116,11 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 		return nil, err
 	}
 	c := &Cache[V]{
-		cfg:        cfg,
-		clk:        newClock(),
-		jitterDraw: rand.Float64,
-		recorder:   rec,
+		cfg:         cfg,
+		clk:         newClock(),
+		jitterDraw:  rand.Float64,
+		staggerDraw: rand.Float64,
+		recorder:    rec,
 	}
 	c.hitClk = coarseClock{precise: &c.clk, stop: make(chan struct{})}
 	if !cfg.PreciseClock {
@@ -131,6 +141,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.subscribe()
+	c.subscribeHolds()
 	// The timers read their own fields under pins.mu: a short period may
 	// fire before New returns.
 	c.pins.mu.Lock()
@@ -474,6 +485,9 @@ func (c *Cache[V]) noticed(n remote.Notice) {
 		c.proved(n.Live)
 		return
 	}
+	if !n.Held.IsZero() {
+		return // a hold is no change; it comes through SubscribeHolds (announced.go)
+	}
 	if n.Fence == 0 {
 		if n.Dropped && c.ownClear() {
 			return // this replica's own InvalidateAll: it dropped everything already
@@ -728,6 +742,9 @@ func (c *Cache[V]) Close(ctx context.Context) error {
 	close(c.hitClk.stop)
 	if c.unsubscribe != nil {
 		c.unsubscribe()
+	}
+	if c.unsubscribeHolds != nil {
+		c.unsubscribeHolds()
 	}
 	c.stopPins()
 	c.window.stop()

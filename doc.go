@@ -57,6 +57,16 @@
 //     NearTTL longer: at most max(2P + NearTTL, 2×NearTTL) after the
 //     change, which 2P + 2×NearTTL bounds. After a lapse the NearTTL rule
 //     above applies, counted from the end of the last proof.
+//   - A Lease that announces its leases ([remote.HoldNotifier], as
+//     memory.Remote and redisstore do) keeps the losers quiet: a replica
+//     that hears another take a key's lease makes no lease attempt for the
+//     key until the holder's completion or change notice, or the announced
+//     lease time (at most LeaseTTL) has passed, so a crashed holder is
+//     taken over then; its readers are served the stale value meanwhile.
+//     Once a replica has heard another's hold, its due refreshes wait a
+//     random delay below min(100 ms, SoftTTL/20) before they ask, so that
+//     the first one's announcement reaches the others first; refreshes
+//     ahead of pinned and hot keys do not wait.
 //   - Between the soft and the hard TTL a value is stale: Get returns it at
 //     once and one background refresh runs (stale-while-revalidate); if that
 //     refresh fails the stale value goes on being served until the hard TTL

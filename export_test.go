@@ -31,3 +31,13 @@ func LocalParts[V any](c *Cache[V]) (main, heavy uint64) {
 	defer t.mu.Unlock()
 	return t.main.WeightedSize(), t.held
 }
+
+// SetStaggerDraw replaces the draw, in [0, 1), that scales the random
+// delay of c's due refreshes once it has heard another replica's hold.
+// Call it before the cache is used.
+func SetStaggerDraw[V any](c *Cache[V], draw func() float64) {
+	c.staggerDraw = draw
+}
+
+// MaxStagger is the most a due refresh is delayed.
+const MaxStagger = maxStagger

@@ -979,7 +979,14 @@ func TestFleetBackgroundRefreshGivesUpOnHeldLease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := memory.New()
-				a, b := fleetReplica(t, r, tt.mod), fleetReplica(t, r, tt.mod)
+				// B hears no holds, so that its refreshes ask for the lease
+				// (TestHeardHoldNoLeaseAttempt: a B that hears A's hold).
+				a, b := fleetReplica(t, r, tt.mod), fleetReplica(t, r, func(o *herd.Options[int]) {
+					if tt.mod != nil {
+						tt.mod(o)
+					}
+					o.Lease = noHolds(r)
+				})
 				if tt.early {
 					// u this small refreshes at any distance from the expiry
 					// that XFetch considers at all.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -129,9 +130,17 @@ func (c *Cache[V]) refreshMany(ctx context.Context, reads []staleRead[V], load B
 		}
 	}
 	bctx := context.WithoutCancel(ctx)
+	// A refresh ahead of a pinned or hot key is timed to end before the
+	// value's soft expiry: it is not delayed.
+	ahead := slices.Contains(started, &c.st.aheadRefreshes)
 	if !c.onExecutor(nil, func() {
 		defer unclaim()
-		c.runRefreshMany(bctx, keys, olds, load)
+		if !ahead {
+			keys = c.stagger(keys)
+		}
+		if len(keys) > 0 {
+			c.runRefreshMany(bctx, keys, olds, load)
+		}
 	}) {
 		unclaim()
 		return

@@ -29,8 +29,8 @@ const (
 const minSweep = 1024
 
 // Remote holds encoded envelopes, fences and leases in memory. It implements
-// [remote.Store], [remote.Lease] and [remote.Notifier] and is safe for concurrent
-// use. The zero value is not usable; call [New].
+// [remote.Store], [remote.Lease], [remote.Notifier] and [remote.HoldNotifier]
+// and is safe for concurrent use. The zero value is not usable; call [New].
 //
 // Values, leases and fences expire, as in redisstore: a key's fence lasts
 // max(the value's ttl, the lease's ttl, 1 min) + 10 s after the last write,
@@ -55,6 +55,9 @@ type Remote struct {
 	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
 	subs map[*notify.Subscription]struct{}
+	// holds calls the SubscribeHolds subscribers, on the goroutine of
+	// the Acquire that took a lease, after r.mu is unlocked.
+	holds notify.Direct
 	// batched, when not nil, collects the notices of a batch call, pushed
 	// to every subscription as one message when it ends.
 	batched []notify.Notice
@@ -119,6 +122,7 @@ var (
 	_ remote.Lease         = (*Remote)(nil)
 	_ remote.WriteReleaser = (*Remote)(nil)
 	_ remote.Notifier      = (*Remote)(nil)
+	_ remote.HoldNotifier  = (*Remote)(nil)
 )
 
 // New returns an empty, healthy Remote.
@@ -297,8 +301,9 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 // fresh value.
 func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	a := r.acquire(ctx, key, ttl, after)
+	r.mu.Unlock()
+	r.announce(key, a.Grant, ttl)
 	return a.Grant, a.Err
 }
 
@@ -564,5 +569,27 @@ func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
 		delete(r.subs, s)
 		r.mu.Unlock()
 		s.Stop()
+	}
+}
+
+// SubscribeHolds calls fn with a Notice whose Key and Held are set for
+// each lease Acquire or AcquireMany takes, Held being when that lease ends
+// unless extended or released ([remote.HoldNotifier]), until stop is
+// called. fn is called by that Acquire, on its goroutine, before it
+// returns, so a Watch that fn registers hears the holder's completion; fn
+// must return quickly, and may call Watch. A Remote does not know which of
+// the caches that share it asked: every subscriber hears every lease, the
+// asker's own included. Holds reach no Subscribe subscriber. stop waits
+// for a call of fn in progress and may be called more than once; it must
+// not be called from fn.
+func (r *Remote) SubscribeHolds(fn func(remote.Notice)) (stop func()) {
+	return r.holds.Add(func(n notify.Notice) { fn(remote.Notice(n)) })
+}
+
+// announce calls the hold subscribers for g, a grant of key's lease for
+// ttl, if it took the lease. r.mu is not held.
+func (r *Remote) announce(key string, g remote.Grant, ttl time.Duration) {
+	if g.Token != "" {
+		r.holds.Call(notify.Notice{Key: key, Held: time.Now().Add(ttl)})
 	}
 }

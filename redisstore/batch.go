@@ -131,7 +131,7 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, tt
 		n := r.space.NamesAt(q.Key, gen)
 		runs = append(runs, scriptRun{entry: i, script: acquireScript,
 			keys: []string{n.Value, n.Lease, n.Fence},
-			args: []any{token, ms, max(q.After.UnixMilli(), 0), r.fenceTTL(ms), "1"}}) // "1": return the value that was not fresh
+			args: []any{token, ms, max(q.After.UnixMilli(), 0), r.fenceTTL(ms), "1", r.channel, r.id, q.Key}}) // "1": return the value that was not fresh
 		tokens = append(tokens, token)
 	}
 	var lapsed []scriptRun // acquisitions that timed out, and may have taken their leases

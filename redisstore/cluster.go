@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -209,6 +210,9 @@ func (r *Remote) acquireSplit(ctx context.Context, n keyspace.Names, key, token 
 		_ = releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.channel, r.id, key).Err() // a lease without a fence is of no use
 		return remote.Grant{}, err
 	}
+	// Announced as the acquire script announces it; a lost announcement
+	// costs the other replicas one lease attempt each.
+	_ = r.client.Publish(ctx, r.channel, "l"+strconv.FormatInt(ms, 10)+":"+r.id+key).Err()
 	return remote.Grant{Token: token, Fence: uint64(fence)}, nil
 }
 

@@ -77,6 +77,9 @@
 //	g<generation>      every key retired (InvalidateAll)
 //	t<version>:<tag>   tag's version advanced (InvalidateTag)
 //	h<sequence>:<ms>   a heartbeat (LivePeriod), the server's clock in ms
+//	l<ms>:<origin><key>
+//	                   key's lease taken (Acquire, AcquireMany) for ms,
+//	                   handed to SubscribeHolds subscribers alone
 //
 // where origin is the announcing Remote's id (16 hex digits), length the
 // key's length in bytes, and every number a canonical decimal; a message
@@ -488,6 +491,9 @@ type Remote struct {
 	// subs holds the subscriptions that have not been stopped, each with
 	// whether it gets proofs of liveness (SubscribeLive).
 	subs map[*notify.Subscription]bool
+	// holds calls the SubscribeHolds subscribers, on the listening
+	// goroutine, as it reads each hold announcement.
+	holds notify.Direct
 	// lastBeat is the sequence number of the last heartbeat heard on the
 	// subscription since it was last confirmed; zero for none (live.go).
 	lastBeat uint64
@@ -507,6 +513,7 @@ var (
 	_ remote.WriteReleaser = (*Remote)(nil)
 	_ remote.Notifier      = (*Remote)(nil)
 	_ remote.LiveNotifier  = (*Remote)(nil)
+	_ remote.HoldNotifier  = (*Remote)(nil)
 )
 
 // New returns a Remote over o.Client and subscribes it to the notice
@@ -841,7 +848,7 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms)).Slice()
+	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms), "0", r.channel, r.id, key).Slice()
 	if tryAgain(err) { // the key's slot is migrating
 		g, err := r.acquireSplit(ctx, n, key, token, ms, afterMs)
 		if err != nil {
@@ -1017,6 +1024,7 @@ func (r *Remote) Close() error {
 	for s := range subs {
 		s.Stop()
 	}
+	r.holds.StopAll()
 	r.stopListen()
 	err := r.pubsub.Close()
 	<-r.listening
@@ -1066,6 +1074,14 @@ func (r *Remote) dispatch(payload string) {
 	if !ok {
 		return
 	}
+	if m.kind == holdNotice {
+		// Called here, before the next message is read, so that a Watch
+		// a subscriber registers hears the holder's completion.
+		if m.origin != r.id && !r.closed.Load() { // this Remote's own leases are no news to it
+			r.holds.Call(notify.Notice{Key: m.key, Held: time.Now().Add(time.Duration(m.fence) * time.Millisecond)})
+		}
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch m.kind {
@@ -1099,22 +1115,28 @@ const (
 	batchNotice  = 'b' // "b<origin>" then records: the loads a WriteReleaseMany ended (batch.go)
 	clearNotice  = 'g' // "g<generation>": every key retired (InvalidateAll)
 	tagNotice    = 't' // "t<version>:<tag>": tag's version advanced (InvalidateTag)
+	holdNotice   = 'l' // "l<ms>:<origin><key>": key's lease taken for ms (Acquire)
 )
 
 // originLen is the length of a Remote's id in completion notices.
 const originLen = 16
 
+// maxHoldMs is the longest lease a hold notice may announce: a day is far
+// beyond any lease a cache takes, and keeps the time it names in range.
+const maxHoldMs = 24 * 60 * 60 * 1000
+
 // message is a parsed message from the channel.
 type message struct {
-	kind   byte   // changeNotice, dropNotice, doneNotice, clearNotice or tagNotice
-	origin string // the announcing Remote's id; completions only
+	kind   byte   // changeNotice, dropNotice, doneNotice, clearNotice, tagNotice or holdNotice
+	origin string // the announcing Remote's id; completions and holds only
 	key    string // may be empty: "" is a key
-	fence  uint64 // changes and drops; the generation of a clearNotice, the version of a tagNotice
+	fence  uint64 // changes and drops; the generation of a clearNotice, the version of a tagNotice, the lease ms of a holdNotice
 }
 
 // parseNotice parses a message from the channel, as the scripts format it.
 // The key is the rest of the message after the first ':' of a change, or
-// after the fixed-length origin of a completion, so it may hold any bytes.
+// after the fixed-length origin of a completion or a hold, so it may hold
+// any bytes.
 func parseNotice(p string) (message, bool) {
 	if p == "" {
 		return message{}, false
@@ -1135,6 +1157,16 @@ func parseNotice(p string) (message, bool) {
 			return message{}, false
 		}
 		return message{kind: doneNotice, origin: p[1 : 1+originLen], key: p[1+originLen:]}, true
+	case holdNotice:
+		ms, rest, found := strings.Cut(p[1:], ":")
+		if !found || len(rest) < originLen {
+			return message{}, false
+		}
+		n, ok := positive(ms)
+		if !ok || n > maxHoldMs {
+			return message{}, false
+		}
+		return message{kind: holdNotice, fence: n, origin: rest[:originLen], key: rest[originLen:]}, true
 	case clearNotice:
 		if len(p) < 2 || p[1] == '0' {
 			return message{}, false // canonical digits, and a generation past 0

@@ -926,7 +926,9 @@ func FuzzParseNotice(f *testing.F) {
 	const origin = "0123456789abcdef"
 	for _, seed := range []string{"", "c", "d", "dk", "d" + origin, "d" + origin + "k", "c1:k", "c0:k", "c01:k", "c:k", "c1:", "c12",
 		"c1::", "c9007199254740991:k", "c9007199254740992:k", "c-1:k", "c+1:k", "x1:k", "x0:k", "x:k", "d\x00", "c18446744073709551616:k",
-		"g1", "g0", "g01", "g", "t1:tag", "t0:tag", "t1:", "t:tag", "t01:x"} {
+		"g1", "g0", "g01", "g", "t1:tag", "t0:tag", "t1:", "t:tag", "t01:x",
+		"l5000:" + origin + "k", "l5000:" + origin, "l5000:" + origin[1:], "l0:" + origin + "k", "l05:" + origin + "k", "l:" + origin,
+		"l86400000:" + origin + "k", "l86400001:" + origin + "k", "l+5:" + origin + "k", "l5" + origin + "k", "l5:" + origin + ":k"} {
 		f.Add(seed)
 	}
 	for _, seed := range batchNoticeSeeds() {
@@ -958,6 +960,14 @@ func FuzzParseNotice(f *testing.F) {
 			if len(m.origin) != originLen {
 				t.Fatalf("parseNotice(%q) gave origin %q", p, m.origin)
 			}
+		case holdNotice:
+			back = "l" + strconv.FormatUint(m.fence, 10) + ":" + m.origin + m.key
+			if len(m.origin) != originLen {
+				t.Fatalf("parseNotice(%q) gave origin %q", p, m.origin)
+			}
+			if m.fence == 0 || m.fence > maxHoldMs {
+				t.Fatalf("parseNotice(%q) gave a hold of %d ms", p, m.fence)
+			}
 		default:
 			t.Fatalf("parseNotice(%q) gave kind %q", p, m.kind)
 		}
@@ -988,6 +998,11 @@ func FuzzNoticeRoundTrip(f *testing.F) {
 		want = message{kind: doneNotice, origin: origin, key: key}
 		if m, ok := parseNotice("d" + origin + key); !ok || m != want {
 			t.Fatalf("completion %q parsed as %+v, %v", key, m, ok)
+		}
+		ms := fence%maxHoldMs + 1 // a hold's time is in [1, maxHoldMs]
+		want = message{kind: holdNotice, origin: origin, key: key, fence: ms}
+		if m, ok := parseNotice("l" + strconv.FormatUint(ms, 10) + ":" + origin + key); !ok || m != want {
+			t.Fatalf("hold of %q for %d ms parsed as %+v, %v", key, ms, m, ok)
 		}
 		checkBatchRoundTrip(t, key, fence)
 	})

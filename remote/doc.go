@@ -53,6 +53,10 @@
 //     the Store each NearTTL;
 //   - [Watcher]: lease losers wait for the holder's completion without a
 //     goroutine each and without missing one announced before they listen;
+//   - [HoldNotifier] (with notify.Direct for the delivery): a replica that
+//     hears another take a key's lease makes no lease attempt of its own
+//     until the holder's notice or announced time, and due refreshes are
+//     staggered so that the first announcement reaches the others in time;
 //   - [WriteReleaser], [BatchStore], [BatchLease]: fewer round trips;
 //   - [Staler], [Clearer], [Tagger], [HotSet]: Cache.MarkStale,
 //     Cache.InvalidateAll, Cache.InvalidateTag and tagged values, and

@@ -249,6 +249,40 @@ type Notice struct {
 	// from when fn gets it, so that a notice delayed on its way, or lost
 	// with it, does not stretch the trust it gives.
 	Live time.Time
+	// Held, when not zero, makes the notice a hold announcement, which
+	// only [HoldNotifier.SubscribeHolds] hands out: another replica took
+	// the lease of Key and holds it until about Held (on the receiving
+	// replica's clock, from when the announcement was heard), unless its
+	// completion or a change of Key comes first. It announces no change:
+	// Fence, Dropped, Tag and Live are unset.
+	Held time.Time
+}
+
+// HoldNotifier is implemented by a [Lease] that announces each lease it
+// grants to the other replicas, so that they make no attempt of their own
+// while it is held. A Cache whose Lease is a HoldNotifier makes no lease
+// attempt for a key it heard held until the holder's completion or change
+// notice comes or the announced time passes (at most its LeaseTTL), and,
+// once it has heard another replica's hold, staggers its due refreshes by
+// a short random delay so that the first replica's announcement reaches
+// the others before they try.
+type HoldNotifier interface {
+	// SubscribeHolds calls fn with a Notice whose Key and Held are set
+	// for each lease that another replica took, until stop is called (a
+	// tier that cannot tell the replicas apart, as memory.Remote, may
+	// announce a replica's own leases to it too: a Cache ignores the hold
+	// of a key it is loading, and any other is ended by its own lease's
+	// release). fn
+	// is called before the holder can announce that lease's completion
+	// (the announcer calls it, and waits), so that a [Watcher]
+	// registration fn makes hears that completion; fn must return
+	// quickly, and may call the Lease's Watch. Hold announcements go to
+	// SubscribeHolds subscribers alone, never to those of Subscribe or
+	// SubscribeLive, and may come before or after the changes that those
+	// are given. They may be lost: a replica that missed one makes the
+	// lease attempt it would have made without it. stop waits for a call
+	// of fn in progress, and must not be called from fn.
+	SubscribeHolds(fn func(Notice)) (stop func())
 }
 
 // LiveNotifier is implemented by a [Notifier] that can prove its notices

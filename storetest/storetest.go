@@ -1,4 +1,4 @@
-// Package storetest checks that a remote tier keeps the remote.Store, remote.Lease and remote.Notifier contracts, remote.LiveNotifier's included.
+// Package storetest checks that a remote tier keeps the remote.Store, remote.Lease and remote.Notifier contracts, remote.LiveNotifier's and remote.HoldNotifier's included.
 package storetest
 
 import (
@@ -48,7 +48,9 @@ const (
 // the tier implements; it adds no batch subtest for a contract the tier
 // lacks, rather than one that passes without checking anything. When the
 // Store is a [remote.Clearer], InvalidateAll is checked last, alone; when it
-// is a [remote.Tagger], its tag versions.
+// is a [remote.Tagger], its tag versions. When the Lease is a
+// [remote.HoldNotifier], its hold announcements are checked, heard by this
+// replica or by another that a second call of newFleet gives.
 func Run(t *testing.T, newFleet func(t *testing.T) (remote.Store, remote.Lease)) {
 	tests := []subtest{
 		{"LoadMissing", testLoadMissing},
@@ -87,6 +89,11 @@ func Run(t *testing.T, newFleet func(t *testing.T) (remote.Store, remote.Lease))
 	}
 	if _, ok := probeL.(remote.BatchWatcher); ok {
 		tests = append(tests, subtest{"BatchWatcher", testBatchWatcher})
+	}
+	if _, ok := probeL.(remote.HoldNotifier); ok {
+		tests = append(tests, subtest{"HoldNotifier", func(t *testing.T, _ remote.Store, _ remote.Lease) {
+			testHoldNotifier(t, newFleet)
+		}})
 	}
 	// The subtests run in parallel within one group, which returns once
 	// they have all ended; InvalidateAll, which retires every key of the

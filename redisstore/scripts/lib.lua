@@ -10,6 +10,8 @@
 --   'd' .. origin .. key         a completion (lease released or given up),
 --                                origin being the releasing Remote's id, 16
 --                                hex digits
+--   'l' .. ms .. ':' .. origin .. key
+--                                a lease taken (acquire) for ms by origin
 -- The batch scripts announce nothing: Go publishes one batch notice for the
 -- whole call (see redisstore.go).
 

@@ -14,7 +14,7 @@ import (
 
 // Notice is one change announced to a subscriber: Key changed under Fence,
 // its value deleted when Dropped; or, with Live set, a proof that no notice
-// before it was lost. The zero Notice means "drop everything":
+// before it was lost; or, with Held set, a hold of Key's lease. The zero Notice means "drop everything":
 // changes may have been missed. Its fields are those of remote.Notice, in
 // order, so that one converts to the other.
 type Notice struct {
@@ -23,6 +23,7 @@ type Notice struct {
 	Dropped bool
 	Tag     string
 	Live    time.Time
+	Held    time.Time
 }
 
 // Subscription is one subscriber's queue and the goroutine that empties it

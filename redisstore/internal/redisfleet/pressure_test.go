@@ -183,8 +183,10 @@ func troubled(err error) bool {
 // TestLeaseAttemptsPerExpiry offers 20 replicas an open-loop load on one hot
 // key, 50 Gets a second each, through several soft expiries, and measures
 // what each expiry costs: loads, lease acquisitions and round trips to
-// Redis. The physical limit is one load and, with a lease, one acquisition
-// per replica per expiry; the rest of the time a replica serves from memory.
+// Redis. The physical limit is one load and one acquisition per expiry:
+// the replica that takes the lease announces it, and the others, whose
+// refreshes wait a random stagger below 100 ms, hear it before they ask.
+// The rest of the time a replica serves from memory.
 func TestLeaseAttemptsPerExpiry(t *testing.T) { leaseAttemptsPerExpiry(t) }
 
 // TestLeaseAttemptsPerExpiryLive is TestLeaseAttemptsPerExpiry with the
@@ -206,6 +208,9 @@ func leaseAttemptsPerExpiry(t *testing.T) {
 		// stuck replica cannot start more goroutines than the race
 		// detector allows; a tick that finds them all running is skipped.
 		inFlight = 100
+		// maxAcquiresPerExpiry bounds the mean lease acquire calls of a
+		// clean expiry: one where announcements arrive in time.
+		maxAcquiresPerExpiry = 5
 	)
 	node := redistest.Server(t)
 	key := herd.Key("hot", "attempts")
@@ -391,8 +396,10 @@ func leaseAttemptsPerExpiry(t *testing.T) {
 	if clean == 0 {
 		t.Fatal("every expiry was degraded: nothing judged one load per expiry")
 	}
-	if per := float64(cleanAcquires) / float64(clean); per > replicas {
-		t.Errorf("%.1f lease acquire calls per expiry (clean expiries), want at most %d, one per replica", per, replicas)
+	// On a busy machine an announcement may come late, after a few more
+	// staggers have ended; without announcements every replica asked.
+	if per := float64(cleanAcquires) / float64(clean); per > maxAcquiresPerExpiry {
+		t.Errorf("%.1f lease acquire calls per expiry (clean expiries), want at most %d of the %d replicas", per, maxAcquiresPerExpiry, replicas)
 	}
 	if per := float64(trips) / float64(requests); per > 0.05 {
 		t.Errorf("%.4f Redis round trips per Get, want at most 0.05", per)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/redisstore"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 )
 
@@ -31,6 +32,8 @@ type scaleCase struct {
 	run                  time.Duration
 	// soft is the SoftTTL; zero: scaleSoft.
 	soft time.Duration
+	// live is the Remotes' LivePeriod (heartbeats); zero: none.
+	live time.Duration
 }
 
 const (
@@ -40,18 +43,25 @@ const (
 
 // BenchmarkFleetScaleHotKey measures the Redis traffic of a fleet reading
 // one hot key (TTL 2 s, NearTTL 1 s, no changes): 20 replicas × 50 Gets/s
-// with a 400 ms load, 50 × 40 with 300 ms, and 200 × 10 with 300 ms. It
-// reports Redis round trips per Get and per second, commands per second
-// (each command of a pipeline counted), GETs and scripts per second, loads
-// per TTL fleet-wide, and the Gets' latency percentiles. One run per
-// iteration: go test -run '^$' -bench FleetScaleHotKey -benchtime 1x.
+// with a 400 ms load, the same with heartbeats (LivePeriod 1 s), 50 × 40
+// with 300 ms, and 200 × 10 with 300 ms. It reports Redis round trips per
+// Get and per second, lease acquisitions per Get (the caches'
+// LeaseAcquired and LeaseContended), commands per second (each command of
+// a pipeline counted), GETs and scripts per second, loads per TTL
+// fleet-wide, and the Gets' latency percentiles. One run per iteration:
+// go test -run '^$' -bench FleetScaleHotKey -benchtime 1x.
 func BenchmarkFleetScaleHotKey(b *testing.B) {
 	for _, c := range []scaleCase{
 		{replicas: 20, rate: 50, keys: 1, load: 400 * time.Millisecond, run: 12 * time.Second},
+		{replicas: 20, rate: 50, keys: 1, load: 400 * time.Millisecond, run: 12 * time.Second, live: redisstore.DefaultLivePeriod},
 		{replicas: 50, rate: 40, keys: 1, load: 300 * time.Millisecond, run: 12 * time.Second},
 		{replicas: 200, rate: 10, keys: 1, load: 300 * time.Millisecond, run: 12 * time.Second},
 	} {
-		b.Run(fmt.Sprintf("%dx%d", c.replicas, c.rate), func(b *testing.B) {
+		name := fmt.Sprintf("%dx%d", c.replicas, c.rate)
+		if c.live > 0 {
+			name += "-live"
+		}
+		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				scaleRun(b, c)
 			}
@@ -84,6 +94,10 @@ func scaleRun(b *testing.B, c scaleCase) {
 	soft := cmp.Or(c.soft, scaleSoft)
 	node := redistest.Server(b)
 	hooks := make([]*roundTrips, 0, c.replicas)
+	if c.live > 0 {
+		remoteLive.Store(b.Name(), c.live)
+		defer remoteLive.Delete(b.Name())
+	}
 	var failed atomic.Int64
 	var firstErr sync.Map // command name → its first error
 	rs := fleet(b, c.replicas, func() redis.UniversalClient {
@@ -148,6 +162,14 @@ func scaleRun(b *testing.B, c scaleCase) {
 		}
 	}
 	snapshot()
+	leased := func() (n int64) {
+		for _, r := range rs {
+			s := r.cache.Stats()
+			n += s.LeaseAcquired + s.LeaseContended
+		}
+		return n
+	}
+	leasedBefore := leased()
 	loads.Store(0)
 	failed.Store(0)
 	start := time.Now()
@@ -174,6 +196,7 @@ func scaleRun(b *testing.B, c scaleCase) {
 	close(stop)
 	changer.Wait()
 	run := time.Since(start)
+	acquires := leased() - leasedBefore
 
 	var dTrips, dCommands, dGets int64
 	scripts := int64(0)
@@ -198,6 +221,7 @@ func scaleRun(b *testing.B, c scaleCase) {
 		b.ReportMetric(float64(loads.Load())/float64(c.keys)/(float64(run)/float64(soft)), "loads/TTL/key")
 	}
 	b.ReportMetric(float64(dTrips)/float64(len(lat)), "round-trips/req")
+	b.ReportMetric(float64(acquires)/float64(len(lat)), "acquires/req")
 	b.ReportMetric(float64(dTrips)/secs, "round-trips/s")
 	b.ReportMetric(float64(dCommands)/secs, "redis-ops/s")
 	b.ReportMetric(float64(dGets)/secs, "gets/s")

@@ -1,0 +1,88 @@
+package herd
+
+import (
+	"time"
+
+	"github.com/herdcache/herd/remote"
+)
+
+// Quiet losers. A Lease that is a [remote.HoldNotifier] announces each
+// lease it grants to the other replicas. A replica that hears that another
+// holds a key's lease records it as it records a lease attempt that found
+// the lease held: it makes no attempt of its own for the key until the
+// holder's completion or change notice comes or the announced time passes,
+// at most LeaseTTL from when it heard it, so a holder that crashed is taken
+// over then; readers are served the stale value meanwhile. Once a replica
+// has heard another's hold, so that it knows it has company, its due
+// refreshes wait a random delay below min(maxStagger, SoftTTL/staggerPart)
+// before they try the lease, so that the first replica's announcement
+// reaches the others before they do; refreshes ahead of a pinned or hot
+// key, timed to end before the soft expiry, do not wait.
+
+// Bounds of the random delay of a due refresh when the Lease announces
+// holds.
+const (
+	maxStagger  = 100 * time.Millisecond
+	staggerPart = 20
+)
+
+// subscribeHolds subscribes the cache to its Lease's hold announcements,
+// when it has a Store and its Lease is a HoldNotifier.
+func (c *Cache[V]) subscribeHolds() {
+	hn, ok := c.cfg.Lease.(remote.HoldNotifier)
+	if !ok || c.cfg.Store == nil {
+		return
+	}
+	c.unsubscribeHolds = hn.SubscribeHolds(c.heardHold)
+}
+
+// heardHold records that another replica holds n.Key's lease until about
+// n.Held, capped at LeaseTTL from now. It ignores a hold while a load of
+// the key runs in this process (its own lease, or a load whose value comes
+// first) and one this replica already knows of from a lease attempt, which
+// watches the holder's completion since before it was made. The Lease
+// calls it before the holder can announce its completion, so that the
+// watch it registers hears that completion; it returns at once.
+func (c *Cache[V]) heardHold(n remote.Notice) {
+	if n.Held.IsZero() || c.flights.Waiters(n.Key) > 0 {
+		return // a zero Notice: holds may have been lost, which costs attempts only
+	}
+	if !c.heardOthers.Load() {
+		c.heardOthers.Store(true)
+	}
+	now := c.clk.now()
+	until := min(n.Held.UnixNano(), addTime(now, c.cfg.LeaseTTL))
+	if until <= now {
+		return
+	}
+	if _, ok := c.gens.held(n.Key, now); ok {
+		return
+	}
+	c.gens.markHeld(n.Key, until, now, c.watch(n.Key, nil))
+}
+
+// stagger waits the random delay of a due refresh of keys, once another
+// replica's hold has been heard, and returns the keys whose lease it has
+// not heard held meanwhile; none when the cache closes first.
+func (c *Cache[V]) stagger(keys []string) []string {
+	if !c.heardOthers.Load() {
+		return keys
+	}
+	if d := time.Duration(c.staggerDraw() * float64(min(maxStagger, c.cfg.SoftTTL/staggerPart))); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-c.closeCtx.Done():
+			t.Stop()
+			return nil
+		}
+	}
+	now := c.clk.now()
+	due := keys[:0:0]
+	for _, key := range keys {
+		if _, held := c.gens.held(key, now); !held {
+			due = append(due, key)
+		}
+	}
+	return due
+}

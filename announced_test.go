@@ -1,0 +1,274 @@
+package herd_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/herdcache/herd"
+	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/remote"
+)
+
+// Tests of quiet losers: a replica that hears another replica's lease
+// announced (remote.HoldNotifier) makes no lease attempt of its own until
+// the holder's notice or time, and due refreshes are staggered so that the
+// first one's announcement reaches the others before they try.
+
+// leaseOnly is what a herd Cache uses of memory.Remote's Lease, without
+// its hold announcements (remote.HoldNotifier).
+type leaseOnly interface {
+	remote.Lease
+	remote.WriteReleaser
+	remote.Watcher
+	remote.BatchWatcher
+	remote.BatchLease
+}
+
+// quietLease is a Lease that announces no holds.
+type quietLease struct{ leaseOnly }
+
+// noHolds returns l, memory.Remote's Lease or a wrapper of it, without its
+// hold announcements, for the tests of a replica that learns that a lease
+// is held only by asking for it.
+func noHolds(l remote.Lease) remote.Lease { return quietLease{l.(leaseOnly)} }
+
+// hearingAcquires counts the Acquire calls a replica makes through it, and
+// hands on memory.Remote's hold announcements.
+type hearingAcquires struct {
+	*memory.Remote
+	n atomic.Int64
+}
+
+func (a *hearingAcquires) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
+	a.n.Add(1)
+	return a.Remote.Acquire(ctx, key, ttl, after)
+}
+
+var _ remote.HoldNotifier = (*hearingAcquires)(nil)
+
+// hearingReplica is a replica over r that hears holds and whose lease
+// attempts are counted.
+func hearingReplica(t *testing.T, r *memory.Remote) (*herd.Cache[int], *hearingAcquires) {
+	t.Helper()
+	a := &hearingAcquires{Remote: r}
+	return fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = a }), a
+}
+
+// While A's load holds the lease, B, which heard A's hold announced, makes
+// no lease attempt at all over four seconds of stale reads (where a B that
+// hears nothing makes one: TestFleetOneLeaseAttemptWhileHeld), and is
+// served the stale value at once; A's notice then hands B the new value
+// without a load or an attempt.
+func TestHeardHoldNoLeaseAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		b, acq := hearingReplica(t, r)
+		fleetStaleSetup(t, a, b, "k")
+		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
+		acq.n.Store(0)
+		before := b.Stats()
+
+		for range 400 {
+			fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+			time.Sleep(10 * time.Millisecond)
+			synctest.Wait()
+		}
+		if n := acq.n.Load(); n != 0 {
+			t.Errorf("B made %d lease attempts after hearing A's hold; want 0", n)
+		}
+		if st := b.Stats(); st.LeaseContended != before.LeaseContended || st.Loads != 0 || st.WokenByPush+st.WokenByPoll != before.WokenByPush+before.WokenByPoll {
+			t.Errorf("B's Stats: LeaseContended +%d, Loads %d, woken +%d; want +0, 0, +0", st.LeaseContended-before.LeaseContended, st.Loads, st.WokenByPush+st.WokenByPoll-before.WokenByPush-before.WokenByPoll)
+		}
+
+		release()
+		if res := <-resA; res.err != nil || res.v != 2 {
+			t.Fatalf("A got %d, %v; want 2, nil", res.v, res.err)
+		}
+		fleetNoticed(t, b, "k")
+		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 2)
+		if n := acq.n.Load(); n != 0 {
+			t.Errorf("B made %d lease attempts in all; want 0", n)
+		}
+	})
+}
+
+// A holder that crashed (announced, then never extended nor released its
+// lease) keeps B from trying for the announced time and no longer: once it
+// has passed, B's next stale read takes the lease and refreshes. An
+// announced time beyond B's LeaseTTL counts as LeaseTTL.
+func TestHeardHoldCrashedHolder(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		announced time.Duration // the crashed holder's lease
+		quiet     time.Duration // how long B makes no attempt
+	}{
+		{"announced", fleetLeaseTTL / 2, fleetLeaseTTL / 2},
+		{"capped", 3 * fleetLeaseTTL, fleetLeaseTTL},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := memory.New()
+				a := fleetReplica(t, r, nil)
+				b, acq := hearingReplica(t, r)
+				fleetStaleSetup(t, a, b, "k")
+				g, err := r.Acquire(t.Context(), "k", tt.announced, time.Now())
+				if err != nil || g.Token == "" {
+					t.Fatalf("Acquire = %+v, %v; want a lease", g, err)
+				}
+				acq.n.Store(0)
+				end := time.Now().Add(tt.quiet)
+				for time.Now().Before(end) {
+					fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+					time.Sleep(50 * time.Millisecond)
+					synctest.Wait()
+				}
+				if n := acq.n.Load(); n != 0 {
+					t.Fatalf("B made %d lease attempts in the %v it was told the lease was held for; want 0", n, tt.quiet)
+				}
+				if tt.announced > tt.quiet {
+					// The lease is still held: B asks once, and is told.
+					fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+					time.Sleep(herd.MaxStagger)
+					synctest.Wait()
+					if n := acq.n.Load(); n != 1 {
+						t.Fatalf("B made %d lease attempts once LeaseTTL had passed; want 1", n)
+					}
+					return
+				}
+				fleetMustGet(t, b, "k", fleetValue(2), 1) // starts the refresh
+				time.Sleep(herd.MaxStagger)
+				synctest.Wait()
+				if n := acq.n.Load(); n != 1 {
+					t.Fatalf("B made %d lease attempts after the holder's time; want 1", n)
+				}
+				fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 2)
+				if st := b.Stats(); st.Loads != 1 {
+					t.Errorf("B made %d loads; want 1, the takeover", st.Loads)
+				}
+			})
+		})
+	}
+}
+
+// rttLease is memory.Remote's Lease, holds announced, whose Acquire takes
+// a round trip's time, as a lease over the network does.
+type rttLease struct{ *memory.Remote }
+
+// rtt is rttLease's round trip.
+const rtt = time.Millisecond
+
+func (l rttLease) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
+	time.Sleep(rtt)
+	return l.Remote.Acquire(ctx, key, ttl, after)
+}
+
+// staggeredFleet returns n replicas over r (with lease, when not nil, as
+// their Lease, else rttLease), each of which has loaded a key of its own under a lease,
+// so that every replica that hears holds has heard another's; replica i
+// staggers its refreshes by (i+1)/(n+1) of the most, all apart.
+func staggeredFleet(t *testing.T, r *memory.Remote, n int, lease remote.Lease) []*herd.Cache[int] {
+	t.Helper()
+	cs := fleetReplicas(t, n, r, func(o *herd.Options[int]) {
+		o.Lease = rttLease{r}
+		if lease != nil {
+			o.Lease = lease
+		}
+	})
+	for i, c := range cs {
+		herd.SetStaggerDraw(c, func() float64 { return float64(i+1) / float64(n+1) })
+		fleetMustGet(t, c, "own"+string(rune('a'+i)), fleetValue(i), i)
+	}
+	synctest.Wait()
+	return cs
+}
+
+// Every replica of a fleet reads a stale hot key at the same instant. Each
+// starts a refresh, delayed by its stagger: the first to try takes the
+// lease and announces it before the others' delays end (they are further
+// apart than a round trip), so the fleet makes one lease attempt and one
+// load, where without the stagger every replica would ask at once, every reader is served the stale value
+// meanwhile, and the holder's notice hands every replica the new one.
+func TestStaggeredRefreshOneAttempt(t *testing.T) {
+	const n = 10
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		cs := staggeredFleet(t, r, n, nil)
+		fleetMustGet(t, cs[0], "k", fleetValue(1), 1)
+		for _, c := range cs[1:] {
+			fleetMustGet(t, c, "k", nil, 1)
+		}
+		time.Sleep(fleetSoft + time.Second)
+
+		gate := make(chan struct{})
+		var loads atomic.Int64
+		load := func(context.Context) (int, error) {
+			loads.Add(1)
+			<-gate
+			return 2, nil
+		}
+		before := r.Stats()
+		for _, c := range cs {
+			fleetMustGet(t, c, "k", load, 1) // served stale at once
+		}
+		time.Sleep(herd.MaxStagger) // every stagger has ended
+		synctest.Wait()
+		st := r.Stats()
+		attempts := st.AcquireLease + st.AcquireHeld + st.AcquireValue - before.AcquireLease - before.AcquireHeld - before.AcquireValue
+		if attempts != 1 || loads.Load() != 1 {
+			t.Errorf("%d replicas refreshing one stale key made %d lease attempts and %d loads; want 1 and 1", n, attempts, loads.Load())
+		}
+		close(gate)
+		for _, c := range cs {
+			fleetNoticed(t, c, "k")
+			fleetMustGet(t, c, "k", fleetNoLoad(t, "a replica"), 2)
+		}
+		if loads.Load() != 1 {
+			t.Errorf("%d loads in all; want 1", loads.Load())
+		}
+	})
+}
+
+// A fleet whose Lease announces no holds still loads a stale hot key once:
+// each replica asks for the lease once, the first takes it, the others are
+// told it is held, and no reader waits.
+func TestNoAnnouncementsOneAttempt(t *testing.T) {
+	const n = 10
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		cs := staggeredFleet(t, r, n, noHolds(r))
+		fleetMustGet(t, cs[0], "k", fleetValue(1), 1)
+		for _, c := range cs[1:] {
+			fleetMustGet(t, c, "k", nil, 1)
+		}
+		time.Sleep(fleetSoft + time.Second)
+
+		gate := make(chan struct{})
+		var loads atomic.Int64
+		load := func(context.Context) (int, error) {
+			loads.Add(1)
+			<-gate
+			return 2, nil
+		}
+		before := r.Stats()
+		for _, c := range cs {
+			fleetMustGet(t, c, "k", load, 1) // served stale at once
+		}
+		synctest.Wait() // no stagger: every refresh has asked
+		st := r.Stats()
+		if leases, held := st.AcquireLease-before.AcquireLease, st.AcquireHeld-before.AcquireHeld; leases != 1 || held != n-1 || loads.Load() != 1 {
+			t.Errorf("%d replicas without hold announcements: %d leases taken, %d found held, %d loads; want 1, %d, 1", n, leases, held, loads.Load(), n-1)
+		}
+		close(gate)
+		for _, c := range cs {
+			fleetNoticed(t, c, "k")
+			fleetMustGet(t, c, "k", fleetNoLoad(t, "a replica"), 2)
+		}
+		if loads.Load() != 1 {
+			t.Errorf("%d loads in all; want 1", loads.Load())
+		}
+	})
+}
