@@ -264,8 +264,9 @@ type Notice struct {
 	// as before. A replica that holds no copy of Key, or one at least as
 	// new as Fence, ignores it, and one that cannot use it (it does not
 	// decode, or its fence is not Fence) treats the notice as if Value
-	// were empty. memory.Remote fills it when configured to
-	// (SetNoticeValues).
+	// were empty. redisstore fills it for envelopes up to
+	// redisstore.NoticeValueMax bytes (1 KiB), memory.Remote when
+	// configured to (SetNoticeValues).
 	Value string
 }
 
