@@ -1,6 +1,7 @@
 package herd_test
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -217,4 +218,58 @@ func fenceOf(t *testing.T, env []byte) uint64 {
 		t.Fatal(err)
 	}
 	return ev.Fence
+}
+
+// FuzzNoticeValue hands a replica holding a key change notices carrying
+// any bytes: it never panics, and it replaces its copy only with an
+// envelope that decodes under the notice's fence.
+func FuzzNoticeValue(f *testing.F) {
+	r := memory.New()
+	tp := &tap{Remote: r}
+	o := fleetOptions(r)
+	o.Store = tp
+	c, err := herd.New(o)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = c.Close(context.Background()) })
+	if err := c.Set(context.Background(), "seed", 7); err != nil {
+		f.Fatal(err)
+	}
+	good, err := r.Load(context.Background(), "seed")
+	if err != nil || good == nil {
+		f.Fatalf("Load = %q, %v", good, err)
+	}
+	f.Add(good) // re-fenced below: adopted
+	one := bytes.Clone(good)
+	if err := envelope.SetFence(one, 1); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(one) // under another fence: not adopted
+	f.Add(good[:len(good)-1])
+	f.Add([]byte{})
+	f.Add([]byte("\x01garbage"))
+	f.Fuzz(func(t *testing.T, value []byte) {
+		if err := c.Set(t.Context(), "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		env, err := r.Load(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fence := fenceOf(t, env) + 1
+		// Under the notice's fence when its header allows, the fuzzer's
+		// bytes reach the decoding of the value; odd ones are left as they
+		// are, as are those whose fence field the fuzzer set (1 above).
+		if ev, err := envelope.Decode(value); err != nil || ev.Fence != 1 {
+			value = bytes.Clone(value)
+			_ = envelope.SetFence(value, fence)
+		}
+		tp.deliver(remote.Notice{Key: "k", Fence: fence, Value: string(value)})
+		if v, ok := c.GetIfPresent("k"); ok && v != 1 {
+			if ev, err := envelope.Decode(value); err != nil || ev.Fence != fence {
+				t.Fatalf("a notice carrying %q (fence %d) replaced the copy with %d", value, fence, v)
+			}
+		}
+	})
 }
