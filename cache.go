@@ -474,8 +474,10 @@ func (c *Cache[V]) loader(key string, load LoadFunc[V]) LoadFunc[V] {
 
 // noticed handles a change notice from another replica: the zero Notice
 // means notices may have been lost. A local copy older than the change is
-// dropped when the change deleted the value, and otherwise marked
-// superseded: served while one read of the Store replaces it.
+// dropped when the change deleted the value, replaced by the value the
+// notice carries when it carries one this replica can use (carried.go),
+// and otherwise marked superseded: served while one read of the Store
+// replaces it.
 func (c *Cache[V]) noticed(n remote.Notice) {
 	if n.Tag != "" {
 		c.tags.learn(n.Tag, n.Fence) // entries with the tag are refused as they are read
@@ -510,6 +512,7 @@ func (c *Cache[V]) noticed(n remote.Notice) {
 	case !ok || e.fence.Load() >= n.Fence:
 	case n.Dropped:
 		c.unpublish(n.Key, e)
+	case c.adopt(n, e):
 	default:
 		e.superseded.Store(true)
 		if c.pinned(n.Key) {

@@ -42,7 +42,10 @@
 //   - Other replicas drop their local copy when an Invalidate's notice
 //     reaches them. On a write's notice (a load's write-back or a Set) they
 //     go on serving their copy while one read of the Store replaces it, so
-//     for about one round trip more. Since notices can be lost, a replica may
+//     for about one round trip more; when the notice carries the value
+//     ([remote.Notice] Value: redisstore's do up to 1 KiB), a replica that
+//     holds an older copy replaces it from the notice with no read, and one
+//     that holds none stores nothing. Since notices can be lost, a replica may
 //     serve its old copy for at most 2×[Options.NearTTL] after the change
 //     (plus, if that copy is stale, the stale window below): past NearTTL a
 //     copy is served while one background read replaces it, and past

@@ -58,6 +58,9 @@ type Remote struct {
 	// holds calls the SubscribeHolds subscribers, on the goroutine of
 	// the Acquire that took a lease, after r.mu is unlocked.
 	holds notify.Direct
+	// noticeValues is the longest envelope a change notice carries
+	// (SetNoticeValues); none when below 1.
+	noticeValues int
 	// batched, when not nil, collects the notices of a batch call, pushed
 	// to every subscription as one message when it ends.
 	batched []notify.Notice
@@ -223,7 +226,7 @@ func (r *Remote) write(ctx context.Context, key string, env []byte, fence uint64
 	}
 	keepFence(e, now, ttl)
 	r.stats.Writes++
-	r.notify(key, fence, false)
+	r.notifyStored(key, fence, e.value)
 	return true, nil
 }
 
@@ -270,7 +273,7 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	}
 	advance(e, fence, now, ttl)
 	r.stats.Sets++
-	r.notify(key, e.fence, false)
+	r.notifyStored(key, e.fence, e.value)
 	return e.fence, nil
 }
 
@@ -540,13 +543,42 @@ func fenceTTL(ttl time.Duration) time.Duration {
 // notify queues a change of key under fence for every subscription.
 // r.mu is held.
 func (r *Remote) notify(key string, fence uint64, dropped bool) {
+	r.push(notify.Notice{Key: key, Fence: fence, Dropped: dropped})
+}
+
+// notifyStored queues the change that stored env, with its fence field set,
+// under key's fence; the notice carries env when it is no longer than
+// SetNoticeValues allows. r.mu is held.
+func (r *Remote) notifyStored(key string, fence uint64, env []byte) {
+	n := notify.Notice{Key: key, Fence: fence}
+	if r.noticeValues > 0 && len(env) <= r.noticeValues {
+		n.Value = string(env)
+	}
+	r.push(n)
+}
+
+// push queues n for every subscription, or for the batch being collected.
+// r.mu is held.
+func (r *Remote) push(n notify.Notice) {
 	if r.batched != nil {
-		r.batched = append(r.batched, notify.Notice{Key: key, Fence: fence, Dropped: dropped})
+		r.batched = append(r.batched, n)
 		return
 	}
 	for s := range r.subs {
-		s.Push(notify.Notice{Key: key, Fence: fence, Dropped: dropped})
+		s.Push(n)
 	}
+}
+
+// SetNoticeValues makes the change notices of later writes and Sets carry
+// the envelope they stored ([remote.Notice] Value) when it is at most max
+// bytes long, as redisstore's do for small values, so that replicas holding
+// the key replace their copies without a Load. Zero, the default, and any
+// max below it carry no value: every change notice is a plain one, as from
+// a Store that does not carry values.
+func (r *Remote) SetNoticeValues(max int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.noticeValues = max
 }
 
 // Subscribe calls fn, on one goroutine per subscription and in order, with

@@ -24,6 +24,16 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceNoticeValues runs the suite over a Remote whose notices
+// carry the envelopes they store.
+func TestConformanceNoticeValues(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) (remote.Store, remote.Lease) {
+		r := New()
+		r.SetNoticeValues(1 << 20)
+		return r, r
+	})
+}
+
 // envAt encodes value with soft and hard expiries soft and hard from now.
 func envAt(value string, soft, hard time.Duration) []byte {
 	now := time.Now()

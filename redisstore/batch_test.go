@@ -680,7 +680,7 @@ func testWriteReleaseMany(t *testing.T, env *batchEnv) {
 	if err != nil {
 		t.Fatalf("Set: %v", err)
 	}
-	if n := next(t, notices); n != (notify.Notice{Key: "marker", Fence: f}) {
+	if n := plain(next(t, notices)); n != (notify.Notice{Key: "marker", Fence: f}) {
 		t.Fatalf("notice after the batch's = %+v, want the marker's", n)
 	}
 	if !waiting(other, "alone") {
@@ -752,7 +752,7 @@ func testWriteReleasePartialFailure(t *testing.T, env *batchEnv) {
 	if err != nil {
 		t.Fatalf("Set: %v", err)
 	}
-	if n := next(t, notices); n != (notify.Notice{Key: "marker", Fence: f}) {
+	if n := plain(next(t, notices)); n != (notify.Notice{Key: "marker", Fence: f}) {
 		t.Fatalf("notice after the batch's = %+v, want the marker's", n)
 	}
 	if !waiting(other, "lost/1") {

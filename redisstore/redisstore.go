@@ -69,6 +69,14 @@
 // one message each, whatever bytes the key holds:
 //
 //	c<fence>:<key>     key written (Write, Set, MarkStale) under fence
+//	v<fence>:<length>:<key><envelope>
+//	                   key written (Write, WriteRelease, Set) under fence,
+//	                   carrying the envelope stored, its fence field set,
+//	                   when it is at most NoticeValueMax bytes (1 KiB): the
+//	                   replicas that hold an older copy replace it with no
+//	                   GET ([remote.Notice] Value); a longer one goes out as
+//	                   a c notice, and each replica holding the key reads it
+//	                   once
 //	x<fence>:<key>     key deleted (Invalidate) under fence
 //	d<origin><key>     key's load completed (Release, WriteRelease)
 //	b<origin><records> the loads one WriteReleaseMany ended, one record per
@@ -656,10 +664,10 @@ var scripts embed.FS
 func script(name string) *redis.Script {
 	prelude := fmt.Sprintf("local VERSION, FLAGS, SOFT, HARD, DELTA, FENCE, HEADER = %d, %d, %d, %d, %d, %d, %d\n"+
 		"local KNOWNFLAGS1, MAXEXPIRY, MAXFENCE = %d, %d, %d\n"+
-		"local TAGGED, MAXTAGS, MAXTAGLEN = %d, %d, %d\n",
+		"local TAGGED, MAXTAGS, MAXTAGLEN, NOTICEVALUE = %d, %d, %d, %d\n",
 		envelope.Version, envelope.FlagsOffset, envelope.SoftOffset, envelope.HardOffset, envelope.DeltaOffset,
 		envelope.FenceOffset, envelope.HeaderSize, envelope.KnownFlags+1, int64(envelope.MaxExpiry), uint64(envelope.MaxFence),
-		envelope.FlagTagged, envelope.MaxTags, envelope.MaxTagLen)
+		envelope.FlagTagged, envelope.MaxTags, envelope.MaxTagLen, NoticeValueMax)
 	return redis.NewScript(prelude + embedded("lib") + embedded(name))
 }
 
@@ -1085,9 +1093,10 @@ func (r *Remote) dispatch(payload string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch m.kind {
-	case changeNotice, dropNotice:
+	case changeNotice, dropNotice, valueNotice:
+		n := notify.Notice{Key: m.key, Fence: m.fence, Dropped: m.kind == dropNotice, Value: m.value}
 		for s := range r.subs {
-			s.Push(notify.Notice{Key: m.key, Fence: m.fence, Dropped: m.kind == dropNotice})
+			s.Push(n)
 		}
 	case tagNotice:
 		for s := range r.subs {
@@ -1110,6 +1119,7 @@ func (r *Remote) wake(key string) {
 // Kinds of message, their first byte on the channel.
 const (
 	changeNotice = 'c' // "c<fence>:<key>": key's value stored under fence
+	valueNotice  = 'v' // "v<fence>:<len(key)>:<key><envelope>": key's value, envelope, stored under fence
 	dropNotice   = 'x' // "x<fence>:<key>": key's value deleted under fence
 	doneNotice   = 'd' // "d<origin><key>": key's load completed
 	batchNotice  = 'b' // "b<origin>" then records: the loads a WriteReleaseMany ended (batch.go)
@@ -1121,16 +1131,28 @@ const (
 // originLen is the length of a Remote's id in completion notices.
 const originLen = 16
 
+// NoticeValueMax is the longest envelope, in bytes, that a change notice
+// carries ([remote.Notice] Value): the write-back of a load under a lease
+// (Write, WriteRelease) and a Set publish the envelope they stored, up to
+// this size, so that the replicas holding the key replace their copies
+// with no GET; a longer one is announced as a plain change, and each
+// replica that holds the key reads it once. The batch write-backs
+// (WriteReleaseMany) and MarkStale announce plain changes. An envelope
+// is the value's encoded bytes plus a header of about 40 bytes (more with
+// tags).
+const NoticeValueMax = 1024
+
 // maxHoldMs is the longest lease a hold notice may announce: a day is far
 // beyond any lease a cache takes, and keeps the time it names in range.
 const maxHoldMs = 24 * 60 * 60 * 1000
 
 // message is a parsed message from the channel.
 type message struct {
-	kind   byte   // changeNotice, dropNotice, doneNotice, clearNotice, tagNotice or holdNotice
+	kind   byte   // changeNotice, valueNotice, dropNotice, doneNotice, clearNotice, tagNotice or holdNotice
 	origin string // the announcing Remote's id; completions and holds only
 	key    string // may be empty: "" is a key
 	fence  uint64 // changes and drops; the generation of a clearNotice, the version of a tagNotice, the lease ms of a holdNotice
+	value  string // the envelope a valueNotice carries, unchecked: the cache decodes it
 }
 
 // parseNotice parses a message from the channel, as the scripts format it.
@@ -1152,6 +1174,21 @@ func parseNotice(p string) (message, bool) {
 			return message{}, false
 		}
 		return message{kind: p[0], key: p[i+1:], fence: f}, true
+	case valueNotice:
+		fs, rest, found := strings.Cut(p[1:], ":")
+		f, ok := positive(fs)
+		if !found || !ok || f > envelope.MaxFence {
+			return message{}, false
+		}
+		ls, rest, found := strings.Cut(rest, ":")
+		n, ok := uint64(0), ls == "0"
+		if !ok {
+			n, ok = positive(ls)
+		}
+		if !found || !ok || n > uint64(len(rest)) {
+			return message{}, false
+		}
+		return message{kind: valueNotice, key: rest[:n], fence: f, value: rest[n:]}, true
 	case doneNotice:
 		if len(p) < 1+originLen {
 			return message{}, false

@@ -678,7 +678,7 @@ func TestReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Set after restart: %v", err)
 	}
-	if got := next(t, notices); got != (notify.Notice{Key: "after", Fence: f}) {
+	if got := plain(next(t, notices)); got != (notify.Notice{Key: "after", Fence: f}) {
 		t.Fatalf("notice after restart = %+v, want {after %d}", got, f)
 	}
 }
@@ -742,8 +742,12 @@ func TestNoticesAnyKey(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Set(%q): %v", k, err)
 		}
-		if got := next(t, notices); got != (notify.Notice{Key: k, Fence: f}) {
+		got := next(t, notices)
+		if plain(got) != (notify.Notice{Key: k, Fence: f}) {
 			t.Fatalf("notice of Set(%q) = %+v, want fence %d", k, got, f)
+		}
+		if stored, err := writer.Load(ctx, k); err != nil || got.Value != string(stored) {
+			t.Fatalf("notice of Set(%q) carries %q, want the stored envelope %q (%v)", k, got.Value, stored, err)
 		}
 		if err := writer.Invalidate(ctx, k); err != nil {
 			t.Fatalf("Invalidate(%q): %v", k, err)
@@ -761,7 +765,7 @@ func TestNoticesAnyKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Set under another prefix: %v", err)
 	}
-	if got := next(t, otherNotices); got != (notify.Notice{Key: "mine", Fence: f}) {
+	if got := plain(next(t, otherNotices)); got != (notify.Notice{Key: "mine", Fence: f}) {
 		t.Fatalf("notice under another prefix = %+v", got)
 	}
 	select {
@@ -772,6 +776,12 @@ func TestNoticesAnyKey(t *testing.T) {
 	if b, err := reader.Load(ctx, "mine"); b != nil || err != nil {
 		t.Fatalf("Load across prefixes = %q, %v; want nil", b, err)
 	}
+}
+
+// plain returns n without the value it carries.
+func plain(n notify.Notice) notify.Notice {
+	n.Value = ""
+	return n
 }
 
 // waiting reports whether key has Wait-ers that no notice has woken yet.
@@ -928,7 +938,10 @@ func FuzzParseNotice(f *testing.F) {
 		"c1::", "c9007199254740991:k", "c9007199254740992:k", "c-1:k", "c+1:k", "x1:k", "x0:k", "x:k", "d\x00", "c18446744073709551616:k",
 		"g1", "g0", "g01", "g", "t1:tag", "t0:tag", "t1:", "t:tag", "t01:x",
 		"l5000:" + origin + "k", "l5000:" + origin, "l5000:" + origin[1:], "l0:" + origin + "k", "l05:" + origin + "k", "l:" + origin,
-		"l86400000:" + origin + "k", "l86400001:" + origin + "k", "l+5:" + origin + "k", "l5" + origin + "k", "l5:" + origin + ":k"} {
+		"l86400000:" + origin + "k", "l86400001:" + origin + "k", "l+5:" + origin + "k", "l5" + origin + "k", "l5:" + origin + ":k",
+		"v1:1:kenv", "v1:0:env", "v1:0:", "v1:1:k", "v1:2:k", "v1:01:kk", "v0:1:kv", "v01:1:kv", "v1::kv", "v1:1kv", "v:1:kv",
+		"v9007199254740991:3:k:\x01garbage", "v9007199254740992:1:kv", "v1:18446744073709551616:k", "v1:-1:k",
+		"v12:1:k" + string(envelope.Append(nil, &envelope.Envelope{Soft: 1, Hard: 2, Fence: 12, Value: []byte("x")}))} {
 		f.Add(seed)
 	}
 	for _, seed := range batchNoticeSeeds() {
@@ -940,8 +953,11 @@ func FuzzParseNotice(f *testing.F) {
 		if !ok {
 			return
 		}
-		if (m.kind == changeNotice || m.kind == dropNotice || m.kind == tagNotice || m.kind == clearNotice) && m.fence == 0 {
+		if (m.kind == changeNotice || m.kind == valueNotice || m.kind == dropNotice || m.kind == tagNotice || m.kind == clearNotice) && m.fence == 0 {
 			t.Fatalf("parseNotice(%q) gave a change under fence 0, which reads as a lost notice", p)
+		}
+		if m.kind != valueNotice && m.value != "" {
+			t.Fatalf("parseNotice(%q) gave a value with kind %q", p, m.kind)
 		}
 		var back string
 		switch m.kind {
@@ -952,6 +968,11 @@ func FuzzParseNotice(f *testing.F) {
 			}
 		case changeNotice, dropNotice, tagNotice:
 			back = string(m.kind) + strconv.FormatUint(m.fence, 10) + ":" + m.key
+			if m.fence > envelope.MaxFence {
+				t.Fatalf("parseNotice(%q) gave fence %d above 2^53", p, m.fence)
+			}
+		case valueNotice:
+			back = "v" + strconv.FormatUint(m.fence, 10) + ":" + strconv.Itoa(len(m.key)) + ":" + m.key + m.value
 			if m.fence > envelope.MaxFence {
 				t.Fatalf("parseNotice(%q) gave fence %d above 2^53", p, m.fence)
 			}
@@ -986,6 +1007,13 @@ func FuzzNoticeRoundTrip(f *testing.F) {
 	f.Add("", uint64(7))
 	f.Fuzz(func(t *testing.T, key string, fence uint64) {
 		fence = fence%envelope.MaxFence + 1 // a change's fence is in [1, MaxFence]
+		for _, value := range []string{"", key, ":" + key, "\x01" + key + "1:"} {
+			want := message{kind: valueNotice, key: key, fence: fence, value: value}
+			p := "v" + strconv.FormatUint(fence, 10) + ":" + strconv.Itoa(len(key)) + ":" + key + value
+			if m, ok := parseNotice(p); !ok || m != want {
+				t.Fatalf("change %q under %d carrying %q parsed as %+v, %v", key, fence, value, m, ok)
+			}
+		}
 		// As the scripts format them.
 		want := message{kind: changeNotice, key: key, fence: fence}
 		if m, ok := parseNotice("c" + strconv.FormatUint(fence, 10) + ":" + key); !ok || m != want {

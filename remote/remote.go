@@ -256,6 +256,18 @@ type Notice struct {
 	// completion or a change of Key comes first. It announces no change:
 	// Fence, Dropped, Tag and Live are unset.
 	Held time.Time
+	// Value, when not empty, is the envelope that a change which stored
+	// Key's value (Dropped unset) stored, its fence field equal to Fence,
+	// so that a replica holding an older copy of Key replaces it without
+	// a read of the Store. A Notifier may fill it for some changes and not
+	// others (small values only, say); an empty Value is a change notice
+	// as before. A replica that holds no copy of Key, or one at least as
+	// new as Fence, ignores it, and one that cannot use it (it does not
+	// decode, or its fence is not Fence) treats the notice as if Value
+	// were empty. redisstore fills it for envelopes up to
+	// redisstore.NoticeValueMax bytes (1 KiB), memory.Remote when
+	// configured to (SetNoticeValues).
+	Value string
 }
 
 // HoldNotifier is implemented by a [Lease] that announces each lease it

@@ -50,7 +50,10 @@ const (
 // Store is a [remote.Clearer], InvalidateAll is checked last, alone; when it
 // is a [remote.Tagger], its tag versions. When the Lease is a
 // [remote.HoldNotifier], its hold announcements are checked, heard by this
-// replica or by another that a second call of newFleet gives.
+// replica or by another that a second call of newFleet gives. A change
+// notice that carries a value ([remote.Notice] Value) must carry the
+// envelope its change stored, fence field set to the notice's fence, and a
+// deletion's none; a Store may carry values for some changes or none.
 func Run(t *testing.T, newFleet func(t *testing.T) (remote.Store, remote.Lease)) {
 	tests := []subtest{
 		{"LoadMissing", testLoadMissing},
@@ -978,9 +981,34 @@ func testNotifier(t *testing.T, s remote.Store, l remote.Lease) {
 	if !inv.Dropped {
 		t.Errorf("notice of Invalidate: %+v, want Dropped", inv)
 	}
+	checkCarried(t, "Set", got[kSet][0], load(t, s, kSet))
+	checkCarried(t, "Write", got[kWrite][0], load(t, s, kWrite))
+	checkCarried(t, "Set before Invalidate", got[kInv][0], nil)
+	if inv.Value != "" {
+		t.Errorf("notice of Invalidate carries %q, want no value", inv.Value)
+	}
 
 	stop()
 	stop() // stop is idempotent
+}
+
+// checkCarried checks the value that n, the notice of a change that
+// stored a value, carries, if any: an envelope that decodes, under n's
+// fence, the one the Store holds (stored) when the test knows it.
+func checkCarried(t *testing.T, what string, n remote.Notice, stored []byte) {
+	t.Helper()
+	if n.Value == "" {
+		return // a Store need not carry values
+	}
+	ev, err := envelope.Decode([]byte(n.Value))
+	switch {
+	case err != nil:
+		t.Errorf("notice of %s carries %s, which does not decode: %v", what, show([]byte(n.Value)), err)
+	case ev.Fence != n.Fence:
+		t.Errorf("notice of %s under fence %d carries an envelope of fence %d", what, n.Fence, ev.Fence)
+	case stored != nil && n.Value != string(stored):
+		t.Errorf("notice of %s carries %s, want the stored envelope %s", what, show([]byte(n.Value)), show(stored))
+	}
 }
 
 // collect reads notices until it holds want[k] of them for each key k,

@@ -2,10 +2,15 @@
 -- VERSION (format version), FLAGS, SOFT, HARD, DELTA and FENCE (0-based byte
 -- offsets of the fields), HEADER (header size), KNOWNFLAGS1 (one above the
 -- largest value of the known flag bits, a power of two), MAXEXPIRY (the
--- latest expiry, Unix ms) and MAXFENCE (2^53 - 1).
+-- latest expiry, Unix ms), MAXFENCE (2^53 - 1) and NOTICEVALUE (the longest
+-- envelope a change notice carries, NoticeValueMax).
 --
 -- Notices on the pub/sub channel, robust to any key bytes:
 --   'c' .. fence .. ':' .. key   a change (write, set, mark stale) under fence
+--   'v' .. fence .. ':' .. #key .. ':' .. key .. envelope
+--                                a change that stored envelope (at most
+--                                NOTICEVALUE bytes, its fence field set)
+--                                under fence; #key in decimal
 --   'x' .. fence .. ':' .. key   a deletion (invalidate) under fence
 --   'd' .. origin .. key         a completion (lease released or given up),
 --                                origin being the releasing Remote's id, 16
@@ -181,8 +186,21 @@ local function tryput(v, env, fence, ttl)
   return nil
 end
 
+-- announce publishes on ch the change of key that stored the envelope env
+-- under fence (decimal text): a notice that carries env, its fence field
+-- set to fence, when env is at most NOTICEVALUE bytes, and otherwise a
+-- plain change notice.
+local function announce(ch, key, env, fence)
+  if #env <= NOTICEVALUE then
+    redis.call('PUBLISH', ch, 'v' .. fence .. ':' .. string.format('%d', #key) .. ':' .. key ..
+      string.sub(env, 1, FENCE) .. be64(tonumber(fence)) .. string.sub(env, FENCE + 9))
+  else
+    redis.call('PUBLISH', ch, 'c' .. fence .. ':' .. key)
+  end
+end
+
 -- store does what put does and announces the change on ch for key.
 local function store(v, env, fence, ttl, ch, key)
   put(v, env, fence, ttl)
-  redis.call('PUBLISH', ch, 'c' .. fence .. ':' .. key)
+  announce(ch, key, env, fence)
 end

@@ -13,7 +13,7 @@ local wrote, refused = 0, nil
 if (redis.call('GET', KEYS[2]) or '0') == ARGV[1] then
   refused = tryput(KEYS[1], ARGV[3], ARGV[1], ARGV[2])
   if not refused then
-    redis.call('PUBLISH', ARGV[4], 'c' .. ARGV[1] .. ':' .. ARGV[5])
+    announce(ARGV[4], ARGV[5], ARGV[3], ARGV[1])
     keep(KEYS[2], ARGV[8])
     wrote = 1
   end

@@ -24,6 +24,7 @@ type Notice struct {
 	Tag     string
 	Live    time.Time
 	Held    time.Time
+	Value   string
 }
 
 // Subscription is one subscriber's queue and the goroutine that empties it
