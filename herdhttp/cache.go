@@ -432,15 +432,7 @@ func (c *engine) follow(q *request, s *stream, b *streamBody, f *fetch) (*http.R
 func (c *engine) lead(f *fetch, accept herd.AcceptFunc[*entry]) {
 	ctx := context.WithoutCancel(f.ctx)
 	e, err := c.hc.Get(ctx, f.key, f.load, herd.Accept(accept))
-	var oe *originError
-	if err != nil && !f.used.Load() && errors.As(err, &oe) {
-		// The Get joined another request's fetch, which failed as this one
-		// began (its client may have seen it fail already): fetch anew.
-		e, err = c.hc.Get(ctx, f.key, f.load, herd.Accept(accept))
-	}
-	if err == nil && !f.used.Load() && e.kind == kindPass && e.reason == reasonAuthorization {
-		// The Get joined another request's fetch, which passed because of
-		// that request's Authorization: this one's own may be stored.
+	if !f.used.Load() && joinedOthers(e, err) {
 		e, err = c.hc.Get(ctx, f.key, f.load, herd.Accept(accept))
 	}
 	// Forgotten before it ends: a request made after a reader saw the end
@@ -450,6 +442,20 @@ func (c *engine) lead(f *fetch, accept herd.AcceptFunc[*entry]) {
 		f.s.end(nil)
 	}
 	f.s.finish(e, err)
+}
+
+// joinedOthers reports whether a Get whose own fetch never ran, which
+// ended in e or err, joined another request's fetch whose outcome was that
+// request's alone, so that the Get's own fetch must run: one that failed
+// as this one began (its client may have seen it fail already), or one
+// that passed because of that request's Authorization (this one's own
+// response may be stored).
+func joinedOthers(e *entry, err error) bool {
+	var oe *originError
+	if err != nil {
+		return errors.As(err, &oe)
+	}
+	return e.kind == kindPass && e.reason == reasonAuthorization
 }
 
 // sameResponse reports whether a and b are one stored response: the
