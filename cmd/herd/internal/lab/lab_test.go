@@ -135,8 +135,11 @@ func TestHotKeyAhead(t *testing.T) {
 		if got := ahead.Extra["loads_per_ttl"]; got > 1.15 || got < 0.85 {
 			t.Errorf("ahead: %.3f loads per TTL, want about 200/190", got)
 		}
-		if got := xf.Extra["loads_per_ttl"]; got <= ahead.Extra["loads_per_ttl"]+0.1 {
-			t.Errorf("xfetch: %.3f loads per TTL, want well above refresh-ahead's %.3f", got, ahead.Extra["loads_per_ttl"])
+		// XFetch draws each value's lead at random: over this short run
+		// its loads per TTL ranged 1.12-1.58 over 900 runs, refresh-ahead's
+		// 0.99-1.10, and the gap was as small as 0.06.
+		if got := xf.Extra["loads_per_ttl"]; got <= ahead.Extra["loads_per_ttl"] {
+			t.Errorf("xfetch: %.3f loads per TTL, want above refresh-ahead's %.3f", got, ahead.Extra["loads_per_ttl"])
 		}
 		if ahead.WaitedOnOrigin != 0 || ahead.Errors != 0 {
 			t.Errorf("ahead: %d waited, %d errors; want none", ahead.WaitedOnOrigin, ahead.Errors)
