@@ -53,7 +53,10 @@ func queued(limit float64) float64 { return max(1, math.Sqrt(limit)/2) }
 // brought it down: the store has become slower by itself, and d becomes
 // the filtered latency, so that a uniformly slower store gets its
 // concurrency back; at the first window whose latency is back within
-// twice the d of before, that d returns. A quicker test catches a step: when a window
+// twice the d of before, or below the relearned d by cutHelped (the store
+// became faster by itself, though the calls let in under the relearned d
+// keep it slower than twice the old one), that d returns. A quicker test
+// catches a step: when a window
 // whose latency was above 2d cut the limit and the next window's latency
 // fell by less than cutHelped, the cut did not help; the store is slower by
 // itself, d becomes that latency and the limit before the cut returns.
@@ -232,11 +235,16 @@ func (e *estimator) remember(rtt float64) {
 	e.windows++
 	f := median(e.recent[:min(e.windows, len(e.recent))])
 	switch {
-	case e.before != 0 && min(f, rtt) <= 2*e.before:
-		// The store is back within twice its latency before it slowed: at
-		// the first window that says so, since a no-load latency learned
-		// while it was slow, kept longer, would let the limit run away on
-		// a store as fast as before (no window of a store still slow is).
+	case e.before != 0 && (min(f, rtt) <= 2*e.before || rtt < (1-cutHelped)*e.noLoad):
+		// The store is back within twice its latency before it slowed, or
+		// has become faster by itself (by as much as a cut that helped
+		// would make it): at the first window that says so, since a
+		// no-load latency learned while it was slow, kept longer, would
+		// let the limit run away on a store as fast as before, and the
+		// latency of the calls that limit lets in would keep it above
+		// twice the old one. A store still slow is taken back to its
+		// slow no-load latency two windows later, as when a cut did not
+		// help.
 		e.noLoad, e.before, e.slow = min(f, e.before), 0, 0
 	case e.noLoad == 0 || f < e.noLoad:
 		e.noLoad, e.slow = f, 0

@@ -220,6 +220,36 @@ func TestNoLoadBackAtFirstFastWindow(t *testing.T) {
 	}
 }
 
+// A store that became faster by itself while its relearned no-load latency
+// was kept is found so at the first window that is faster by cutHelped,
+// even while the calls the limit lets in keep its latency above twice the
+// no-load latency of before: the old one returns, and the limit is cut to
+// it. A store still slow is taken back to its slow latency, and the limit
+// before the cut returns, when that cut does not help.
+func TestNoLoadBackWhenStoreFaster(t *testing.T) {
+	e := newEstimator(2, 64)
+	for range 3 {
+		e.remember(100)
+	}
+	for range 8 {
+		e.remember(500)
+	}
+	e.remember(300)
+	if e.noLoad != 100 || e.before != 0 {
+		t.Fatalf("noLoad = %v, before = %v after a window of 300 (below 500 by more than %v, above 2×100); want 100 and 0", e.noLoad, e.before, cutHelped)
+	}
+
+	e.limit, e.peak, e.probing = 16, 16, false
+	e.update(480)
+	if e.limit != 8 || e.cutRTT != 480 {
+		t.Fatalf("limit = %v, cutRTT = %v after a window of 480 over a no-load 100; want a cut to 8 from 16 at 480", e.limit, e.cutRTT)
+	}
+	e.update(470)
+	if e.noLoad != 470 || e.before != 100 || e.limit != 16 {
+		t.Errorf("noLoad = %v, before = %v, limit = %v after the cut did not help; want 470, 100 and 16 back", e.noLoad, e.before, e.limit)
+	}
+}
+
 // Latency is measured also when the limit is fixed: ShedLatency alone makes
 // the limiter measure it, and the limit stays at Limit.
 func TestFixedLimitMeasuresForShedding(t *testing.T) {

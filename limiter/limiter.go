@@ -249,8 +249,9 @@ func (s Stats) Shed() uint64 {
 // windows whatever the cuts, the store is taken to have become slower by
 // itself: that latency becomes its no-load latency (and a limit cut so
 // returns to what it was), so that a store that became uniformly slower
-// keeps its concurrency; the old one returns with the store. MinLimit should be
-// below the store's capacity. Priorities, Reserve, QueueTimeout, MaxQueue,
+// keeps its concurrency; the old one returns at the first window within
+// twice it, or a quarter below the latency learned as the store slowed.
+// MinLimit should be below the store's capacity. Priorities, Reserve, QueueTimeout, MaxQueue,
 // the shedding reasons and RetryAfter work as with a fixed limit, against
 // the limit of the moment.
 type Limiter struct {
