@@ -17,7 +17,9 @@ import (
 // refreshes wait a random delay below min(maxStagger, SoftTTL/staggerPart)
 // before they try the lease, so that the first replica's announcement
 // reaches the others before they do; refreshes ahead of a pinned or hot
-// key, timed to end before the soft expiry, do not wait.
+// key, timed to end before the soft expiry, do not wait. Stats counts the
+// holds heard (LeaseHoldsHeard) and the lease attempts they spared
+// (LeaseAttemptsSkipped).
 
 // Bounds of the random delay of a due refresh when the Lease announces
 // holds.
@@ -58,7 +60,8 @@ func (c *Cache[V]) heardHold(n remote.Notice) {
 	if _, ok := c.gens.held(n.Key, now); ok {
 		return
 	}
-	c.gens.markHeld(n.Key, until, now, c.watch(n.Key, nil))
+	c.gens.markHeld(n.Key, until, now, c.watch(n.Key, nil), true)
+	c.st.leaseHoldsHeard.add(1)
 }
 
 // stagger waits the random delay of a due refresh of keys, once another
@@ -80,7 +83,9 @@ func (c *Cache[V]) stagger(keys []string) []string {
 	now := c.clk.now()
 	due := keys[:0:0]
 	for _, key := range keys {
-		if _, held := c.gens.held(key, now); !held {
+		if _, held := c.gens.held(key, now); held {
+			c.skipped(key)
+		} else {
 			due = append(due, key)
 		}
 	}

@@ -2,6 +2,7 @@ package herd_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -68,6 +69,7 @@ func TestHeardHoldNoLeaseAttempt(t *testing.T) {
 		a := fleetReplica(t, r, nil)
 		b, acq := hearingReplica(t, r)
 		fleetStaleSetup(t, a, b, "k")
+		setup := b.Stats()
 		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
 		acq.n.Store(0)
 		before := b.Stats()
@@ -83,6 +85,15 @@ func TestHeardHoldNoLeaseAttempt(t *testing.T) {
 		if st := b.Stats(); st.LeaseContended != before.LeaseContended || st.Loads != 0 || st.WokenByPush+st.WokenByPoll != before.WokenByPush+before.WokenByPoll {
 			t.Errorf("B's Stats: LeaseContended +%d, Loads %d, woken +%d; want +0, 0, +0", st.LeaseContended-before.LeaseContended, st.Loads, st.WokenByPush+st.WokenByPoll-before.WokenByPush-before.WokenByPoll)
 		}
+		// One hold heard, and one attempt spared however many stale reads
+		// met it: the one the first read's refresh would have made.
+		if st := b.Stats(); st.LeaseHoldsHeard != setup.LeaseHoldsHeard+1 || st.LeaseAttemptsSkipped != setup.LeaseAttemptsSkipped+1 {
+			t.Errorf("B's Stats: LeaseHoldsHeard +%d, LeaseAttemptsSkipped +%d; want +1, +1",
+				st.LeaseHoldsHeard-setup.LeaseHoldsHeard, st.LeaseAttemptsSkipped-setup.LeaseAttemptsSkipped)
+		}
+		if st := a.Stats(); st.LeaseHoldsHeard != 0 || st.LeaseAttemptsSkipped != 0 {
+			t.Errorf("A, the holder, counted LeaseHoldsHeard %d, LeaseAttemptsSkipped %d; want 0, 0", st.LeaseHoldsHeard, st.LeaseAttemptsSkipped)
+		}
 
 		release()
 		if res := <-resA; res.err != nil || res.v != 2 {
@@ -92,6 +103,60 @@ func TestHeardHoldNoLeaseAttempt(t *testing.T) {
 		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 2)
 		if n := acq.n.Load(); n != 0 {
 			t.Errorf("B made %d lease attempts in all; want 0", n)
+		}
+	})
+}
+
+// A hold heard by a replica whose miss meets it spares that replica its
+// lease attempt, counted once however many misses join it or follow it
+// (each FailFast miss is a flight of its own); a replica that hears the
+// hold and never reads the key counts the hold and no attempt.
+func TestHeardHoldCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		b, acq := hearingReplica(t, r)
+		idle, _ := hearingReplica(t, r)
+		fast := fleetReplica(t, r, func(o *herd.Options[int]) {
+			o.Lease = &hearingAcquires{Remote: r}
+			o.OnLeaseHeld = herd.FailFast
+		})
+		release, resA := fleetHold(t, a, "k", 1)
+
+		resB := make([]<-chan result, 5)
+		for i := range resB {
+			resB[i] = getAsync(t.Context(), b, "k", fleetNoLoad(t, "B"))
+		}
+		for range 3 {
+			if _, err := fast.Get(t.Context(), "k", fleetNoLoad(t, "fast")); !errors.Is(err, herd.ErrLeaseHeld) {
+				t.Fatalf("a FailFast replica's Get while the lease is heard held: %v; want ErrLeaseHeld", err)
+			}
+		}
+		synctest.Wait()
+		for _, c := range []struct {
+			name           string
+			c              *herd.Cache[int]
+			heard, skipped int64
+		}{{"A", a, 0, 0}, {"B", b, 1, 1}, {"idle", idle, 1, 0}, {"fast", fast, 1, 1}} {
+			if st := c.c.Stats(); st.LeaseHoldsHeard != c.heard || st.LeaseAttemptsSkipped != c.skipped || st.LeaseContended != 0 {
+				t.Errorf("%s's Stats: LeaseHoldsHeard %d, LeaseAttemptsSkipped %d, LeaseContended %d; want %d, %d, 0",
+					c.name, st.LeaseHoldsHeard, st.LeaseAttemptsSkipped, st.LeaseContended, c.heard, c.skipped)
+			}
+		}
+		release()
+		if res := <-resA; res.err != nil || res.v != 1 {
+			t.Fatalf("A got %d, %v; want 1, nil", res.v, res.err)
+		}
+		for _, ch := range resB {
+			if res := <-ch; res.err != nil || res.v != 1 {
+				t.Fatalf("B got %d, %v; want 1, nil", res.v, res.err)
+			}
+		}
+		if n := acq.n.Load(); n != 0 {
+			t.Errorf("B made %d lease attempts; want 0", n)
+		}
+		if st := b.Stats(); st.LeaseHoldsHeard != 1 || st.LeaseAttemptsSkipped != 1 {
+			t.Errorf("B's Stats at the end: LeaseHoldsHeard %d, LeaseAttemptsSkipped %d; want 1, 1", st.LeaseHoldsHeard, st.LeaseAttemptsSkipped)
 		}
 	})
 }
@@ -211,6 +276,7 @@ func TestStaggeredRefreshOneAttempt(t *testing.T) {
 			return 2, nil
 		}
 		before := r.Stats()
+		heard, skipped := holdCounts(cs)
 		for _, c := range cs {
 			fleetMustGet(t, c, "k", load, 1) // served stale at once
 		}
@@ -220,6 +286,9 @@ func TestStaggeredRefreshOneAttempt(t *testing.T) {
 		attempts := st.AcquireLease + st.AcquireHeld + st.AcquireValue - before.AcquireLease - before.AcquireHeld - before.AcquireValue
 		if attempts != 1 || loads.Load() != 1 {
 			t.Errorf("%d replicas refreshing one stale key made %d lease attempts and %d loads; want 1 and 1", n, attempts, loads.Load())
+		}
+		if h, s := holdCounts(cs); h-heard != n-1 || s-skipped != n-1 {
+			t.Errorf("the fleet's Stats: LeaseHoldsHeard +%d, LeaseAttemptsSkipped +%d; want +%d, +%d (every replica but the holder)", h-heard, s-skipped, n-1, n-1)
 		}
 		close(gate)
 		for _, c := range cs {
@@ -262,6 +331,9 @@ func TestNoAnnouncementsOneAttempt(t *testing.T) {
 		if leases, held := st.AcquireLease-before.AcquireLease, st.AcquireHeld-before.AcquireHeld; leases != 1 || held != n-1 || loads.Load() != 1 {
 			t.Errorf("%d replicas without hold announcements: %d leases taken, %d found held, %d loads; want 1, %d, 1", n, leases, held, loads.Load(), n-1)
 		}
+		if h, s := holdCounts(cs); h != 0 || s != 0 {
+			t.Errorf("the fleet's Stats without announcements: LeaseHoldsHeard %d, LeaseAttemptsSkipped %d; want 0, 0", h, s)
+		}
 		close(gate)
 		for _, c := range cs {
 			fleetNoticed(t, c, "k")
@@ -271,4 +343,14 @@ func TestNoAnnouncementsOneAttempt(t *testing.T) {
 			t.Errorf("%d loads in all; want 1", loads.Load())
 		}
 	})
+}
+
+// holdCounts sums the fleet's LeaseHoldsHeard and LeaseAttemptsSkipped.
+func holdCounts(cs []*herd.Cache[int]) (heard, skipped int) {
+	for _, c := range cs {
+		st := c.Stats()
+		heard += int(st.LeaseHoldsHeard)
+		skipped += int(st.LeaseAttemptsSkipped)
+	}
+	return heard, skipped
 }

@@ -514,6 +514,9 @@ func (c *Cache[V]) noticed(n remote.Notice) {
 		c.unpublish(n.Key, e)
 	case c.adopt(n, e):
 	default:
+		if n.Value != "" {
+			c.st.noticeValuesRefused.add(1)
+		}
 		e.superseded.Store(true)
 		if c.pinned(n.Key) {
 			c.revalidate(context.Background(), n.Key, e) // no read may come to do it

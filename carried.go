@@ -10,7 +10,9 @@ import "github.com/herdcache/herd/remote"
 // current) and not past its hard expiry, and only while the key is held
 // and no Set or Invalidate of it runs here: a replica never gains a key
 // from a notice. A copy whose fence is not known yet (its write-back has
-// not answered) is left to the read, as before.
+// not answered) is left to the read, as before. Stats counts what it
+// replaced in NoticeValuesAdopted, and noticed the carried values it
+// refused in NoticeValuesRefused.
 func (c *Cache[V]) adopt(n remote.Notice, cur *entry[V]) bool {
 	if n.Value == "" || cur.fence.Load() == 0 || c.closed.Load() {
 		return false
@@ -37,5 +39,6 @@ func (c *Cache[V]) adopt(n remote.Notice, cur *entry[V]) bool {
 	s.puts++
 	e.born = c.clk.now()
 	c.local.Set(n.Key, e)
+	c.st.noticeValuesAdopted.add(1)
 	return true
 }

@@ -54,8 +54,11 @@ func TestNoticeValueReplacesHeldCopyWithoutARead(t *testing.T) {
 		if n := bs.loads.Load() - loads; n != 0 {
 			t.Errorf("replacing B's copy twice made %d Store reads, want 0", n)
 		}
-		if st := b.Stats(); st.Revalidations != 0 {
-			t.Errorf("B revalidated %d times, want 0", st.Revalidations)
+		if st := b.Stats(); st.Revalidations != 0 || st.NoticeValuesAdopted != 2 || st.NoticeValuesRefused != 0 {
+			t.Errorf("B's Stats: Revalidations %d, NoticeValuesAdopted %d, NoticeValuesRefused %d; want 0, 2, 0", st.Revalidations, st.NoticeValuesAdopted, st.NoticeValuesRefused)
+		}
+		if st := c.Stats(); st.NoticeValuesAdopted != 0 || st.NoticeValuesRefused != 0 {
+			t.Errorf("C, which holds no copy, counted NoticeValuesAdopted %d, NoticeValuesRefused %d; want 0, 0", st.NoticeValuesAdopted, st.NoticeValuesRefused)
 		}
 		if _, ok := c.GetIfPresent("k"); ok {
 			t.Error("C, which never read k, holds it after the notices")
@@ -105,6 +108,11 @@ func TestNoticeValueTooLargeIsReadOncePerHolder(t *testing.T) {
 				}
 				if n := r.Stats().Loads - loads; n != uint64(len(holders)) {
 					t.Errorf("%d holders made %d Store reads, want one each", len(holders), n)
+				}
+				for _, h := range holders {
+					if st := h.Stats(); st.NoticeValuesAdopted != 0 || st.NoticeValuesRefused != 0 {
+						t.Errorf("a holder of a notice without a value counted NoticeValuesAdopted %d, NoticeValuesRefused %d; want 0, 0", st.NoticeValuesAdopted, st.NoticeValuesRefused)
+					}
 				}
 				if _, ok := idle.GetIfPresent("k"); ok {
 					t.Error("a replica that never read k holds it")
@@ -188,6 +196,9 @@ func TestNoticeValueFences(t *testing.T) {
 		if n := r.Stats().Loads - loads; n != 0 {
 			t.Errorf("ignored notices made %d Store reads, want 0", n)
 		}
+		if st := b.Stats(); st.NoticeValuesAdopted != 0 || st.NoticeValuesRefused != 0 {
+			t.Errorf("after ignored notices B counted NoticeValuesAdopted %d, NoticeValuesRefused %d; want 0, 0", st.NoticeValuesAdopted, st.NoticeValuesRefused)
+		}
 
 		// Unusable values, newer by fence: each is a plain change notice,
 		// the copy served while one read replaces it.
@@ -206,6 +217,9 @@ func TestNoticeValueFences(t *testing.T) {
 			if n := r.Stats().Loads - loads; n != 1 {
 				t.Errorf("%s: %d Store reads, want 1", bad.name, n)
 			}
+		}
+		if st := b.Stats(); st.NoticeValuesAdopted != 0 || st.NoticeValuesRefused != 3 {
+			t.Errorf("after three unusable values B counted NoticeValuesAdopted %d, NoticeValuesRefused %d; want 0, 3", st.NoticeValuesAdopted, st.NoticeValuesRefused)
 		}
 	})
 }

@@ -431,6 +431,10 @@ func (g *generations) endWrite(key string) {
 type heldBy struct {
 	until int64       // when the holder's lease ends (Unix ns)
 	done  *completion // its completion, watched since before it was known; nil: not watched
+	// heard: the hold was announced to this replica (announced.go), not
+	// found by a lease attempt of its own; spared: the lease attempt it
+	// kept this replica from has been counted (LeaseAttemptsSkipped).
+	heard, spared bool
 }
 
 // over reports whether the holder's lease is over at now: its time has
@@ -442,8 +446,9 @@ func (h heldBy) over(now int64) bool {
 // markHeld records that another load holds key's lease until until (Unix
 // nanoseconds), with the watch of its completion, which it then owns: this
 // replica does not try that lease again before then, unless the holder's
-// completion or notice comes first.
-func (g *generations) markHeld(key string, until, now int64, done *completion) {
+// completion or notice comes first. heard says that the hold was announced
+// rather than found by a lease attempt.
+func (g *generations) markHeld(key string, until, now int64, done *completion, heard bool) {
 	s := g.stripe(key)
 	s.mu.Lock()
 	var stale []*completion
@@ -461,7 +466,7 @@ func (g *generations) markHeld(key string, until, now int64, done *completion) {
 	if old, ok := s.heldUntil[key]; ok {
 		stale = append(stale, old.done)
 	}
-	s.heldUntil[key] = heldBy{until: until, done: done}
+	s.heldUntil[key] = heldBy{until: until, done: done, heard: heard}
 	s.mu.Unlock()
 	for _, w := range stale {
 		w.stop()
@@ -476,26 +481,44 @@ const sweepAt = 16
 // held reports until when another replica holds key's lease, as this
 // replica was last told, if that time is still ahead of now.
 func (g *generations) held(key string, now int64) (until int64, ok bool) {
-	until, ok, _ = g.heldOrCompleted(key, now)
-	return until, ok
+	h, ok, _ := g.heldOrCompleted(key, now)
+	return h.until, ok
 }
 
-// heldOrCompleted is held, and also reports whether the holder this
-// replica was told of has announced its completion since (the lease is
-// not held, and the Store may hold its value).
-func (g *generations) heldOrCompleted(key string, now int64) (until int64, ok, completed bool) {
+// heldOrCompleted is held, with what this replica knows of the holder, and
+// also reports whether the holder this replica was told of has announced
+// its completion since (the lease is not held, and the Store may hold its
+// value).
+func (g *generations) heldOrCompleted(key string, now int64) (h heldBy, ok, completed bool) {
 	s := g.stripe(key)
 	s.mu.Lock()
-	h, ok := s.heldUntil[key]
+	h, ok = s.heldUntil[key]
 	if ok && h.over(now) {
 		delete(s.heldUntil, key)
 		s.mu.Unlock()
 		completed = h.done.came()
 		h.done.stop()
-		return 0, false, completed
+		return heldBy{}, false, completed
 	}
 	s.mu.Unlock()
-	return h.until, ok, false
+	return h, ok, false
+}
+
+// spare reports whether key's lease is held by a hold this replica heard
+// announced whose spared attempt is not counted yet, and marks it
+// counted: a hold heard spares the replica one lease attempt, the first
+// one a miss or a refresh of the key would have made.
+func (g *generations) spare(key string) bool {
+	s := g.stripe(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.heldUntil[key]
+	if !ok || !h.heard || h.spared {
+		return false
+	}
+	h.spared = true
+	s.heldUntil[key] = h
+	return true
 }
 
 // forgetHeld drops what markHeld recorded of key: its holder's notice came.

@@ -59,7 +59,16 @@ func (c *Cache[V]) heldElsewhere(key string, now int64, wake func(*completion)) 
 		w.stop()
 		return attempt[V]{}, false
 	}
+	c.skipped(key)
 	return attempt[V]{outcome: leaseHeld, until: until, watch: w}, true
+}
+
+// skipped counts the lease attempt of key that this replica does not make
+// because it heard the lease announced held: once per hold heard.
+func (c *Cache[V]) skipped(key string) {
+	if c.gens.spare(key) {
+		c.st.leaseAttemptsSkipped.add(1)
+	}
 }
 
 // grantAttempt is the attempt that the lease's answer g (or err) to an
@@ -83,14 +92,14 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g remote.Grant,
 		c.st.leaseAcquired.add(1)
 		c.leaseEvent(observe.LeaseAcquired, 0)
 		h := c.newLease(key, g, sent)
-		c.gens.markHeld(key, h.lapse.Load(), sent, told) // until its release is announced
+		c.gens.markHeld(key, h.lapse.Load(), sent, told, false) // until its release is announced
 		return attempt[V]{outcome: leaseGranted, held: h}, nil
 	}
 	c.st.leaseContended.add(1)
 	c.leaseEvent(observe.LeaseContended, 0)
 	now := c.clk.now()
 	until := addTime(now, max(g.HeldFor, time.Millisecond))
-	c.gens.markHeld(key, until, now, told)
+	c.gens.markHeld(key, until, now, told, false)
 	return attempt[V]{outcome: leaseHeld, until: until}, nil
 }
 

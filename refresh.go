@@ -40,9 +40,12 @@ func (c *Cache[V]) refreshDue(key string, e *entry[V]) bool {
 	if e.uncached || e.retryAt.Load() > now || e.refreshing.Load() || e.superseded.Load() {
 		return false
 	}
-	until, held, completed := c.gens.heldOrCompleted(key, now)
+	h, held, completed := c.gens.heldOrCompleted(key, now)
 	switch {
-	case held && until < e.hard-e.delta:
+	case held && h.until < e.hard-e.delta:
+		if h.heard && !h.spared {
+			c.skipped(key)
+		}
 		return false
 	case completed:
 		// The holder's load ended: its value, if it wrote one, is in the

@@ -253,6 +253,7 @@ func TestEveryField(t *testing.T) {
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
 		WriteBackErrors: 48, LeaseWaitsAbandoned: 49, LocalWeight: 51,
+		LeaseHoldsHeard: 52, LeaseAttemptsSkipped: 53, NoticeValuesAdopted: 54, NoticeValuesRefused: 55,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: observe.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34,
@@ -283,6 +284,8 @@ func TestEveryField(t *testing.T) {
 		{"herd.remote.hits", cache, 40},
 		{"herd.remote.waits", cache, 43},
 		{"herd.revalidations", cache, 44},
+		{"herd.notice.values", attribute.String("herd.outcome", "adopted"), 54},
+		{"herd.notice.values", attribute.String("herd.outcome", "refused"), 55},
 		{"herd.stale_if_error", cache, 5},
 		{"herd.refreshes", attribute.String("herd.kind", "early"), 6},
 		{"herd.refreshes", attribute.String("herd.kind", "stale"), 7},
@@ -302,6 +305,8 @@ func TestEveryField(t *testing.T) {
 		{"herd.lease.events", attribute.String("herd.event", "extended"), 14},
 		{"herd.lease.events", attribute.String("herd.event", "lost"), 15},
 		{"herd.lease.events", attribute.String("herd.event", "fenced_write"), 18},
+		{"herd.lease.events", attribute.String("herd.event", "hold_heard"), 52},
+		{"herd.lease.events", attribute.String("herd.event", "attempt_skipped"), 53},
 		{"herd.lease.wakeups", attribute.String("herd.woken_by", "push"), 16},
 		{"herd.lease.wakeups", attribute.String("herd.woken_by", "poll"), 17},
 		{"herd.remote.errors", cache, 21},
@@ -347,8 +352,8 @@ func TestEveryField(t *testing.T) {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.kv.Value.String(), got, c.want)
 		}
 	}
-	if n := len(ms); n != 41 {
-		t.Errorf("%d instruments observed, want 41", n)
+	if n := len(ms); n != 42 {
+		t.Errorf("%d instruments observed, want 42", n)
 	}
 }
 

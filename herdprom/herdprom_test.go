@@ -403,6 +403,7 @@ func fullStats() *fakeSource {
 		LeaseLost: 15, WokenByPush: 16, WokenByPoll: 17, FencedWrites: 18,
 		RemoteHits: 40, RemoteWaits: 43, Revalidations: 44, AheadRefreshes: 45, Shed: 19, RemoteErrors: 21, DecodeErrors: 22, EncodeErrors: 23,
 		WriteBackErrors: 48, LeaseWaitsAbandoned: 49, LocalWeight: 51,
+		LeaseHoldsHeard: 52, LeaseAttemptsSkipped: 53, NoticeValuesAdopted: 54, NoticeValuesRefused: 55,
 		InFlight: 24, LoadsRunning: 25, KeyConcurrency: 26, KeyConcurrencyMax: 27,
 		Limiter: observe.LimiterStats{Limit: 28, InUse: 29, Waiting: 30, Stats: limiter.Stats{
 			Acquired: 31, ShedQueueTimeout: 32, ShedQueueFull: 33, ShedReserve: 34, ShedLatency: 50, Latency: 250 * time.Millisecond, NoLoadLatency: 125 * time.Millisecond,
@@ -442,6 +443,9 @@ func TestEveryField(t *testing.T) {
 		herd_remote_waits_total{cache="c"} 43
 		# TYPE herd_revalidations_total counter
 		herd_revalidations_total{cache="c"} 44
+		# TYPE herd_notice_values_total counter
+		herd_notice_values_total{cache="c",outcome="adopted"} 54
+		herd_notice_values_total{cache="c",outcome="refused"} 55
 		# TYPE herd_stale_if_error_total counter
 		herd_stale_if_error_total{cache="c"} 5
 		# TYPE herd_refreshes_total counter
@@ -458,9 +462,11 @@ func TestEveryField(t *testing.T) {
 		herd_coalesced_total{cache="c"} 10
 		# TYPE herd_lease_events_total counter
 		herd_lease_events_total{cache="c",event="acquired"} 11
+		herd_lease_events_total{cache="c",event="attempt_skipped"} 53
 		herd_lease_events_total{cache="c",event="contended"} 12
 		herd_lease_events_total{cache="c",event="extended"} 14
 		herd_lease_events_total{cache="c",event="fenced_write"} 18
+		herd_lease_events_total{cache="c",event="hold_heard"} 52
 		herd_lease_events_total{cache="c",event="lost"} 15
 		herd_lease_events_total{cache="c",event="wait_abandoned"} 49
 		herd_lease_events_total{cache="c",event="wait_timeout"} 13
@@ -556,8 +562,8 @@ func TestEveryField(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(withHelp(t, want))); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 70 {
-		t.Errorf("GatherAndCount = %d, %v; want 70 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 74 {
+		t.Errorf("GatherAndCount = %d, %v; want 74 series", n, err)
 	}
 }
 
@@ -574,8 +580,8 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if n := testutil.CollectAndCount(col); n != 70 {
-		t.Errorf("%d series linted, want 70", n)
+	if n := testutil.CollectAndCount(col); n != 74 {
+		t.Errorf("%d series linted, want 74", n)
 	}
 }
 

@@ -318,7 +318,19 @@ type Stats struct {
 	// Revalidations counts the background reads that replaced a local copy
 	// served past NearTTL or superseded by a notice.
 	Revalidations int64
-	Misses        int64 // Gets that found no value they could serve at once
+	// NoticeValuesAdopted counts the local copies replaced by the value a
+	// change notice carried (remote.Notice.Value), with no read of the
+	// Store.
+	NoticeValuesAdopted int64
+	// NoticeValuesRefused counts the values carried by change notices for
+	// a key whose older copy this replica held that it could not adopt
+	// (the value did not decode, named another fence, had tags whose
+	// versions are not known or current, was past its hard expiry, or the
+	// copy's own fence was not known yet, or a change of the key ran
+	// here): the copy was marked superseded, to be replaced by one read,
+	// as after a notice that carries no value.
+	NoticeValuesRefused int64
+	Misses              int64 // Gets that found no value they could serve at once
 	// NegativeHits counts the ErrNotFound answers served from a fresh
 	// negative entry, from either tier; they are not counted in Hits.
 	NegativeHits   int64
@@ -347,6 +359,20 @@ type Stats struct {
 	WokenByPush         int64 // Wait losers woken by a completion notice
 	WokenByPoll         int64 // Wait losers that found the value on a fallback re-read
 	FencedWrites        int64 // writes refused because a newer write or invalidation won
+	// LeaseHoldsHeard counts the announcements of another replica's lease
+	// (remote.HoldNotifier) that this replica acted on: it recorded the
+	// hold, and makes no lease attempt for the key until the holder's
+	// notice or the announced time. Announcements it had no use for (a
+	// load of the key ran here, or a lease attempt had already told it of
+	// the holder) are not counted.
+	LeaseHoldsHeard int64
+	// LeaseAttemptsSkipped counts the lease attempts this replica did not
+	// make because it had heard another's hold: one for each hold heard
+	// that a miss or a due refresh of the key met, the attempt that would
+	// otherwise have found the lease held (and kept the later ones from
+	// being made). LeaseContended counts the attempts that were made and
+	// found it held.
+	LeaseAttemptsSkipped int64
 
 	Shed         int64 // loads refused by the limiter
 	RemoteErrors int64 // failed remote calls

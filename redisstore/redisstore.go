@@ -178,7 +178,10 @@
 // each sent to the node that holds its key (the target, once the source
 // no longer does): Acquire (and AcquireMany's entries) reads a fresh
 // value, else takes the lease with SET NX PX or reports the holder's,
-// then advances the fence; Set, Invalidate and MarkStale advance the
+// then advances the fence and announces the hold as the script does (a
+// PUBLISH of its own), so that other replicas still make no attempt
+// while it runs (tested with two caches, each with its own client and
+// subscription); Set, Invalidate and MarkStale advance the
 // fence, then store, delete or mark the value under the new fence unless
 // the stored one carries a newer fence; Write, WriteRelease (and
 // WriteReleaseMany's entries) read the fence key, store the value unless

@@ -172,6 +172,10 @@ var Metrics = []Metric{
 		Help: "Get calls that waited on a read of the remote tier: no local copy, or one older than twice NearTTL or superseded by a lost notice."},
 	{Name: "revalidations", Kind: Counter, Unit: "{read}", Series: one("Revalidations"),
 		Help: "Background reads of the remote tier that replaced a local copy past NearTTL or superseded by a change notice, while readers were served the copy."},
+	{Name: "notice.values", Kind: Counter, Unit: "{value}", Label: "outcome",
+		Help: "Values carried by change notices for a key whose older copy this replica held, by outcome: adopted (the copy replaced, " +
+			"no read of the remote tier) or refused (not usable here: the copy was superseded and replaced by one read, as after a notice without a value).",
+		Series: by("adopted", "NoticeValuesAdopted", "refused", "NoticeValuesRefused")},
 	{Name: "loads", Kind: Counter, Unit: "{load}", Label: "outcome",
 		Help: "Keys loaded by a load function (backing-store calls), by outcome: ok, not_found (the load returned ErrNotFound) or error.",
 		Series: []Series{
@@ -205,9 +209,12 @@ var Metrics = []Metric{
 		Help: "Cross-replica lease events: acquired (this replica loads), contended (another replica held it), " +
 			"wait_timeout (a waiting loser gave up at LeaseWait), wait_abandoned (a waiting loser's caller left first), " +
 			"extended (watchdog extension), lost (expired or moved before release), " +
-			"fenced_write (a write refused because a newer write or invalidation won).",
+			"fenced_write (a write refused because a newer write or invalidation won), " +
+			"hold_heard (another replica's lease announced and recorded: no attempt until its notice or time), " +
+			"attempt_skipped (a lease attempt not made because a hold was heard; at most one per hold heard).",
 		Series: by("acquired", "LeaseAcquired", "contended", "LeaseContended", "wait_timeout", "LeaseWaitTimeouts",
-			"wait_abandoned", "LeaseWaitsAbandoned", "extended", "LeaseExtended", "lost", "LeaseLost", "fenced_write", "FencedWrites")},
+			"wait_abandoned", "LeaseWaitsAbandoned", "extended", "LeaseExtended", "lost", "LeaseLost", "fenced_write", "FencedWrites",
+			"hold_heard", "LeaseHoldsHeard", "attempt_skipped", "LeaseAttemptsSkipped")},
 	{Name: "lease.wakeups", Kind: Counter, Unit: "{wakeup}", Label: "woken_by",
 		Help:   "Waiting lease losers that got the holder's value, by what woke them: push (a completion notice) or poll (a fallback re-read).",
 		Series: by("push", "WokenByPush", "poll", "WokenByPoll")},
