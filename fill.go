@@ -310,37 +310,21 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 		}
 		return loads, nil
 	}
-	ask := make([]*fillState[V], 0, len(fs))
-	var (
-		told []*fillState[V]
-		held map[*fillState[V]]attempt[V]
-	)
-	for _, f := range fs {
-		if a, ok := c.heldElsewhere(f.key, f.now, b.wakes.wake); ok {
-			if held == nil {
-				held = make(map[*fillState[V]]attempt[V])
-			}
-			told = append(told, f)
-			held[f] = a
-		} else {
-			ask = append(ask, f)
-		}
-	}
+	ask, told, held := b.heldElsewhere(fs)
 	// No lease attempt for a key before its holder's completion, notice or
 	// time: read what the Store holds, to serve it or to serve it stale.
-	waiting := make(map[*fillState[V]]bool, len(told))
-	for _, f := range b.fromReads(ctx, told) {
-		waiting[f] = true
-		if f.mode == background {
+	rest := b.fromReads(ctx, told)
+	for i, f := range told {
+		switch {
+		case len(rest) == 0 || rest[0] != f:
+			held[i].giveUp() // the Store served it
+		case f.mode == background:
+			rest = rest[1:]
+			held[i].giveUp()
 			b.settle(f.key, f.old, nil)
-			waiting[f] = false
-			continue
-		}
-		losers = append(losers, loser[V]{f: f, a: held[f]})
-	}
-	for f, a := range held {
-		if !waiting[f] {
-			a.giveUp()
+		default:
+			rest = rest[1:]
+			losers = append(losers, loser[V]{f: f, a: held[i]})
 		}
 	}
 	if len(ask) > 0 {

@@ -43,24 +43,47 @@ type attempt[V any] struct {
 // not wait on it.
 func (a attempt[V]) giveUp() { a.watch.stop() }
 
-// heldElsewhere is the attempt this replica need not make: the lease of key
-// is held by another load until a time still ahead, as it was told, and
-// no completion of that load has been announced since. Its watch, with
-// wake, is registered before the check that counts, so that a completion
-// announced after it ends the wait: one announced before it is known to
-// what this replica remembers of the holder.
-func (c *Cache[V]) heldElsewhere(key string, now int64, wake func(*completion)) (attempt[V], bool) {
-	if _, ok := c.gens.held(key, now); !ok {
-		return attempt[V]{}, false
+// heldElsewhere sorts the keys of fs into those to ask the lease for and
+// those told, whose attempt this replica need not make: the lease is held
+// by another load until a time still ahead, as it was told, and no
+// completion of that load has been announced since. held holds the
+// attempt of each told key. The told keys' watches, with the batch's
+// wake, are registered together before the check that counts, so that a
+// completion announced after it ends the wait: one announced before it is
+// known to what this replica remembers of the holder.
+func (b *batchFill[V]) heldElsewhere(fs []*fillState[V]) (ask, told []*fillState[V], held []attempt[V]) {
+	c := b.c
+	for i, f := range fs {
+		if _, ok := c.gens.held(f.key, f.now); ok {
+			if told == nil {
+				ask = append(make([]*fillState[V], 0, len(fs)), fs[:i]...)
+			}
+			told = append(told, f)
+		} else if told != nil {
+			ask = append(ask, f)
+		}
 	}
-	w := c.watch(key, wake)
-	until, ok := c.gens.held(key, now)
-	if !ok {
-		w.stop()
-		return attempt[V]{}, false
+	if told == nil {
+		return fs, nil, nil
 	}
-	c.skipped(key)
-	return attempt[V]{outcome: leaseHeld, until: until, watch: w}, true
+	keys := make([]string, len(told))
+	for i, f := range told {
+		keys[i] = f.key
+	}
+	watches := c.watchAll(keys, b.wakes.wake)
+	still := told[:0]
+	for i, f := range told {
+		until, ok := c.gens.held(f.key, f.now)
+		if !ok {
+			watches[i].stop()
+			ask = append(ask, f)
+			continue
+		}
+		c.skipped(f.key)
+		still = append(still, f)
+		held = append(held, attempt[V]{outcome: leaseHeld, until: until, watch: watches[i]})
+	}
+	return ask, still, held
 }
 
 // skipped counts the lease attempt of key that this replica does not make

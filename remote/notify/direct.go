@@ -1,6 +1,9 @@
 package notify
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Direct is a set of subscribers that an announcer calls itself, on its own
 // goroutine, before it goes on: what they do in fn happens before anything
@@ -11,6 +14,9 @@ import "sync"
 type Direct struct {
 	mu   sync.Mutex
 	subs map[*directSub]struct{}
+	// list is subs as a slice, made anew at each change, for Call to read
+	// without the lock or an allocation.
+	list atomic.Pointer[[]*directSub]
 }
 
 // directSub is one subscriber of a Direct; mu is held while fn runs, so
@@ -30,6 +36,7 @@ func (d *Direct) Add(fn func(Notice)) (stop func()) {
 		d.subs = make(map[*directSub]struct{})
 	}
 	d.subs[s] = struct{}{}
+	d.relist()
 	d.mu.Unlock()
 	return func() {
 		s.mu.Lock()
@@ -37,25 +44,29 @@ func (d *Direct) Add(fn func(Notice)) (stop func()) {
 		s.mu.Unlock()
 		d.mu.Lock()
 		delete(d.subs, s)
+		d.relist()
 		d.mu.Unlock()
 	}
+}
+
+// relist makes list hold the subscribers of subs; d.mu is held.
+func (d *Direct) relist() {
+	list := make([]*directSub, 0, len(d.subs))
+	for s := range d.subs {
+		list = append(list, s)
+	}
+	d.list.Store(&list)
 }
 
 // Call calls every subscriber's fn with n, one after another, on the
 // caller's goroutine, and returns when they have returned. The caller must
 // hold no lock that an fn may take.
 func (d *Direct) Call(n Notice) {
-	d.mu.Lock()
-	if len(d.subs) == 0 {
-		d.mu.Unlock()
+	list := d.list.Load()
+	if list == nil {
 		return
 	}
-	subs := make([]*directSub, 0, len(d.subs))
-	for s := range d.subs {
-		subs = append(subs, s)
-	}
-	d.mu.Unlock()
-	for _, s := range subs {
+	for _, s := range *list {
 		s.mu.Lock()
 		if !s.stopped {
 			s.fn(n)
@@ -69,6 +80,7 @@ func (d *Direct) StopAll() {
 	d.mu.Lock()
 	subs := d.subs
 	d.subs = nil
+	d.list.Store(nil)
 	d.mu.Unlock()
 	for s := range subs {
 		s.mu.Lock()
