@@ -44,7 +44,8 @@ func (c *Cache[V]) subscribeHolds() {
 // first) and one this replica already knows of from a lease attempt, which
 // watches the holder's completion since before it was made. The Lease
 // calls it before the holder can announce its completion, so that the
-// watch it registers hears that completion; it returns at once.
+// key's completion count it keeps (a [remote.CompletionCounter]), or the
+// watch it registers, hears that completion; it returns at once.
 func (c *Cache[V]) heardHold(n remote.Notice) {
 	if n.Held.IsZero() || c.flights.Waiters(n.Key) > 0 {
 		return // a zero Notice: holds may have been lost, which costs attempts only
@@ -60,7 +61,13 @@ func (c *Cache[V]) heardHold(n remote.Notice) {
 	if _, ok := c.gens.held(n.Key, now); ok {
 		return
 	}
-	c.gens.markHeld(n.Key, until, now, c.watch(n.Key, nil), true)
+	h := heldBy{until: until, heard: true}
+	if cc := c.gens.completions; cc != nil {
+		h.counted, h.seq = true, cc.Completions(n.Key)
+	} else {
+		h.done = c.watch(n.Key, nil)
+	}
+	c.gens.markHeld(n.Key, h, now)
 	c.st.leaseHoldsHeard.add(1)
 }
 

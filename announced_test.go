@@ -50,13 +50,44 @@ func (a *hearingAcquires) Acquire(ctx context.Context, key string, ttl time.Dura
 
 var _ remote.HoldNotifier = (*hearingAcquires)(nil)
 
+// hearingLease is what a herd Cache uses of memory.Remote's Lease with its
+// hold announcements, and without its completion count
+// (remote.CompletionCounter).
+type hearingLease interface {
+	leaseOnly
+	remote.HoldNotifier
+}
+
+// uncounted is a Lease that announces holds and counts no completions: a
+// replica over it watches the completion of each hold it hears.
+type uncounted struct{ hearingLease }
+
 // hearingReplica is a replica over r that hears holds and whose lease
-// attempts are counted.
+// attempts are counted; it knows the heard holders' completions through
+// the Lease's completion count.
 func hearingReplica(t *testing.T, r *memory.Remote) (*herd.Cache[int], *hearingAcquires) {
+	return hearingReplicaVia(t, r, true)
+}
+
+// hearingReplicaVia is hearingReplica, which knows the heard holders'
+// completions through the completion count when counted, and by watching
+// each otherwise.
+func hearingReplicaVia(t *testing.T, r *memory.Remote, counted bool) (*herd.Cache[int], *hearingAcquires) {
 	t.Helper()
 	a := &hearingAcquires{Remote: r}
-	return fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = a }), a
+	var l remote.Lease = a
+	if !counted {
+		l = uncounted{a}
+	}
+	return fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = l }), a
 }
+
+// hearings are the two ways a replica knows that a holder it heard of
+// completed: the Lease's completion count, or a watch of each hold.
+var hearings = []struct {
+	name    string
+	counted bool
+}{{"counted", true}, {"watched", false}}
 
 // While A's load holds the lease, B, which heard A's hold announced, makes
 // no lease attempt at all over four seconds of stale reads (where a B that
@@ -64,10 +95,16 @@ func hearingReplica(t *testing.T, r *memory.Remote) (*herd.Cache[int], *hearingA
 // served the stale value at once; A's notice then hands B the new value
 // without a load or an attempt.
 func TestHeardHoldNoLeaseAttempt(t *testing.T) {
+	for _, h := range hearings {
+		t.Run(h.name, func(t *testing.T) { testHeardHoldNoLeaseAttempt(t, h.counted) })
+	}
+}
+
+func testHeardHoldNoLeaseAttempt(t *testing.T, counted bool) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		a := fleetReplica(t, r, nil)
-		b, acq := hearingReplica(t, r)
+		b, acq := hearingReplicaVia(t, r, counted)
 		fleetStaleSetup(t, a, b, "k")
 		setup := b.Stats()
 		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
@@ -112,11 +149,17 @@ func TestHeardHoldNoLeaseAttempt(t *testing.T) {
 // (each FailFast miss is a flight of its own); a replica that hears the
 // hold and never reads the key counts the hold and no attempt.
 func TestHeardHoldCounted(t *testing.T) {
+	for _, h := range hearings {
+		t.Run(h.name, func(t *testing.T) { testHeardHoldCounted(t, h.counted) })
+	}
+}
+
+func testHeardHoldCounted(t *testing.T, counted bool) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		a := fleetReplica(t, r, nil)
-		b, acq := hearingReplica(t, r)
-		idle, _ := hearingReplica(t, r)
+		b, acq := hearingReplicaVia(t, r, counted)
+		idle, _ := hearingReplicaVia(t, r, counted)
 		fast := fleetReplica(t, r, func(o *herd.Options[int]) {
 			o.Lease = &hearingAcquires{Remote: r}
 			o.OnLeaseHeld = herd.FailFast
@@ -157,6 +200,58 @@ func TestHeardHoldCounted(t *testing.T) {
 		}
 		if st := b.Stats(); st.LeaseHoldsHeard != 1 || st.LeaseAttemptsSkipped != 1 {
 			t.Errorf("B's Stats at the end: LeaseHoldsHeard %d, LeaseAttemptsSkipped %d; want 1, 1", st.LeaseHoldsHeard, st.LeaseAttemptsSkipped)
+		}
+	})
+}
+
+// sharedCounts is memory.Remote's Lease with holds announced, whose
+// completion count moves at each call, as a count that another key shares
+// may: every hold B heard looks completed to it.
+type sharedCounts struct {
+	*hearingAcquires
+	n atomic.Uint64
+}
+
+func (s *sharedCounts) Completions(string) uint64 { return s.n.Add(1) }
+
+// A completion count that moved for another key costs B a lease attempt,
+// never a load or a stale answer: B, whose every heard hold looks
+// completed, asks for the lease once, is told it is held, serves the stale
+// value meanwhile, and takes A's value from its notice.
+func TestHeardHoldSharedCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		lease := &sharedCounts{hearingAcquires: &hearingAcquires{Remote: r}}
+		b := fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = lease })
+		fleetStaleSetup(t, a, b, "k")
+		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
+		lease.n.Store(0)
+		lease.hearingAcquires.n.Store(0)
+		before := b.Stats()
+
+		for range 40 {
+			fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+			time.Sleep(10 * time.Millisecond)
+			synctest.Wait()
+		}
+		if lease.n.Load() == 0 {
+			t.Fatal("B never read the completion count of the hold it heard")
+		}
+		if n := lease.hearingAcquires.n.Load(); n != 1 {
+			t.Errorf("B made %d lease attempts; want 1, the one its moved count cost", n)
+		}
+		if st := b.Stats(); st.LeaseContended != before.LeaseContended+1 || st.Loads != 0 {
+			t.Errorf("B's Stats: LeaseContended +%d, Loads %d; want +1, 0", st.LeaseContended-before.LeaseContended, st.Loads)
+		}
+		release()
+		if res := <-resA; res.err != nil || res.v != 2 {
+			t.Fatalf("A got %d, %v; want 2, nil", res.v, res.err)
+		}
+		fleetNoticed(t, b, "k")
+		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 2)
+		if st := b.Stats(); st.Loads != 0 {
+			t.Errorf("B made %d loads; want 0", st.Loads)
 		}
 	})
 }

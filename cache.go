@@ -135,6 +135,7 @@ func New[V any](o *Options[V]) (*Cache[V], error) {
 	c.observe()
 	c.brk.startFrom(cfg.Store)
 	c.gens.seed = maphash.MakeSeed()
+	c.gens.completions, _ = cfg.Lease.(remote.CompletionCounter)
 	c.tags.limit = max(2*cfg.MaxEntries, 1024)
 	if c.local, err = newLocal(cfg); err != nil {
 		return nil, err

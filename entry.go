@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/herdcache/herd/observe"
+	"github.com/herdcache/herd/remote"
 	"github.com/herdcache/herd/remote/envelope"
 	"github.com/herdcache/herd/xfetch"
 )
@@ -223,6 +224,8 @@ func (c *Cache[V]) unpublish(key string, e *entry[V]) {
 type generations struct {
 	seed    maphash.Seed
 	stripes [256]genStripe
+	// completions is the Lease's count of completions, when it keeps one.
+	completions remote.CompletionCounter
 	// all counts the InvalidateAlls running: no unfenced remote write
 	// starts meanwhile.
 	all atomic.Int32
@@ -431,24 +434,33 @@ func (g *generations) endWrite(key string) {
 type heldBy struct {
 	until int64       // when the holder's lease ends (Unix ns)
 	done  *completion // its completion, watched since before it was known; nil: not watched
+	// counted: the holder's completion is known by the Lease's count of
+	// the key's completions moving from seq ([remote.CompletionCounter]),
+	// read before the holder could complete; done is nil then.
+	counted bool
+	seq     uint64
 	// heard: the hold was announced to this replica (announced.go), not
 	// found by a lease attempt of its own; spared: the lease attempt it
 	// kept this replica from has been counted (LeaseAttemptsSkipped).
 	heard, spared bool
 }
 
-// over reports whether the holder's lease is over at now: its time has
-// passed or its completion was announced.
-func (h heldBy) over(now int64) bool {
-	return h.until <= now || h.done.came()
+// completed reports whether the completion of h, key's holder, was
+// announced.
+func (g *generations) completed(key string, h heldBy) bool {
+	return h.done.came() || h.counted && g.completions.Completions(key) != h.seq
 }
 
-// markHeld records that another load holds key's lease until until (Unix
-// nanoseconds), with the watch of its completion, which it then owns: this
-// replica does not try that lease again before then, unless the holder's
-// completion or notice comes first. heard says that the hold was announced
-// rather than found by a lease attempt.
-func (g *generations) markHeld(key string, until, now int64, done *completion, heard bool) {
+// over reports whether h, key's holder, is over at now: its time has
+// passed or its completion was announced.
+func (g *generations) over(key string, h heldBy, now int64) bool {
+	return h.until <= now || g.completed(key, h)
+}
+
+// markHeld records h, what this replica knows of another load that holds
+// key's lease, and owns h.done: this replica does not try that lease again
+// before h.until, unless the holder's completion or notice comes first.
+func (g *generations) markHeld(key string, h heldBy, now int64) {
 	s := g.stripe(key)
 	s.mu.Lock()
 	var stale []*completion
@@ -456,17 +468,17 @@ func (g *generations) markHeld(key string, until, now int64, done *completion, h
 		s.heldUntil = make(map[string]heldBy)
 	}
 	if len(s.heldUntil) >= sweepAt {
-		for k, h := range s.heldUntil {
-			if h.over(now) {
+		for k, old := range s.heldUntil {
+			if g.over(k, old, now) {
 				delete(s.heldUntil, k)
-				stale = append(stale, h.done)
+				stale = append(stale, old.done)
 			}
 		}
 	}
 	if old, ok := s.heldUntil[key]; ok {
 		stale = append(stale, old.done)
 	}
-	s.heldUntil[key] = heldBy{until: until, done: done, heard: heard}
+	s.heldUntil[key] = h
 	s.mu.Unlock()
 	for _, w := range stale {
 		w.stop()
@@ -493,10 +505,10 @@ func (g *generations) heldOrCompleted(key string, now int64) (h heldBy, ok, comp
 	s := g.stripe(key)
 	s.mu.Lock()
 	h, ok = s.heldUntil[key]
-	if ok && h.over(now) {
+	if ok && g.over(key, h, now) {
 		delete(s.heldUntil, key)
 		s.mu.Unlock()
-		completed = h.done.came()
+		completed = g.completed(key, h)
 		h.done.stop()
 		return heldBy{}, false, completed
 	}

@@ -115,14 +115,14 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g remote.Grant,
 		c.st.leaseAcquired.add(1)
 		c.leaseEvent(observe.LeaseAcquired, 0)
 		h := c.newLease(key, g, sent)
-		c.gens.markHeld(key, h.lapse.Load(), sent, told, false) // until its release is announced
+		c.gens.markHeld(key, heldBy{until: h.lapse.Load(), done: told}, sent) // until its release is announced
 		return attempt[V]{outcome: leaseGranted, held: h}, nil
 	}
 	c.st.leaseContended.add(1)
 	c.leaseEvent(observe.LeaseContended, 0)
 	now := c.clk.now()
 	until := addTime(now, max(g.HeldFor, time.Millisecond))
-	c.gens.markHeld(key, until, now, told, false)
+	c.gens.markHeld(key, heldBy{until: until, done: told}, now)
 	return attempt[V]{outcome: leaseHeld, until: until}, nil
 }
 

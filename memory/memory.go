@@ -121,11 +121,13 @@ type Stats struct {
 }
 
 var (
-	_ remote.Store         = (*Remote)(nil)
-	_ remote.Lease         = (*Remote)(nil)
-	_ remote.WriteReleaser = (*Remote)(nil)
-	_ remote.Notifier      = (*Remote)(nil)
-	_ remote.HoldNotifier  = (*Remote)(nil)
+	_ remote.Store             = (*Remote)(nil)
+	_ remote.Lease             = (*Remote)(nil)
+	_ remote.WriteReleaser     = (*Remote)(nil)
+	_ remote.Notifier          = (*Remote)(nil)
+	_ remote.HoldNotifier      = (*Remote)(nil)
+	_ remote.BatchWatcher      = (*Remote)(nil)
+	_ remote.CompletionCounter = (*Remote)(nil)
 )
 
 // New returns an empty, healthy Remote.
@@ -391,6 +393,11 @@ func (r *Remote) Watch(key string, notify func()) (stop func()) {
 	defer r.mu.Unlock()
 	return r.waits.Watch(&r.mu, key, notify)
 }
+
+// Completions returns a count that each later completion of key moves,
+// and whatever else calls a Watch's notify ([remote.CompletionCounter]);
+// keys share counts.
+func (r *Remote) Completions(key string) uint64 { return r.waits.Count(key) }
 
 // WatchMany is Watch for each of keys at once ([remote.BatchWatcher]).
 func (r *Remote) WatchMany(keys []string, notify func(i int)) (stop func(i int)) {

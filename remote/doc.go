@@ -53,6 +53,9 @@
 //     the Store each NearTTL;
 //   - [Watcher]: lease losers wait for the holder's completion without a
 //     goroutine each and without missing one announced before they listen;
+//     [BatchWatcher] registers a batch's keys in one call, and
+//     [CompletionCounter] lets a replica know that a hold it heard of
+//     completed with no registration at all;
 //   - [HoldNotifier] (with notify.Direct for the delivery): a replica that
 //     hears another take a key's lease makes no lease attempt of its own
 //     until the holder's notice or announced time, and due refreshes are

@@ -195,6 +195,21 @@ type BatchWatcher interface {
 	WatchMany(keys []string, notify func(i int)) (stop func(i int))
 }
 
+// CompletionCounter is implemented by a [Watcher] that counts the
+// completions it announces: a cache that heard another replica's hold
+// ([HoldNotifier]) keeps the count, and takes any later count that differs
+// for the holder's completion, with no registration to make or take back.
+// Keys may share counts, as a table indexed by the keys' hashes does:
+// another key's completion then costs the cache one lease attempt or Store
+// read more, and no completion is missed.
+type CompletionCounter interface {
+	// Completions returns a number that every completion of key announced
+	// after the call moves, as does whatever calls a Watch registration's
+	// notify without one (announcements lost, the Lease closed). It must
+	// return at once, and may be called from a SubscribeHolds fn.
+	Completions(key string) uint64
+}
+
 // Grant is the outcome of [Lease.Acquire]. Exactly one of Value, Token or
 // HeldFor is set.
 type Grant struct {

@@ -93,6 +93,9 @@ func Run(t *testing.T, newFleet func(t *testing.T) (remote.Store, remote.Lease))
 	if _, ok := probeL.(remote.BatchWatcher); ok {
 		tests = append(tests, subtest{"BatchWatcher", testBatchWatcher})
 	}
+	if _, ok := probeL.(remote.CompletionCounter); ok {
+		tests = append(tests, subtest{"CompletionCounter", testCompletionCounter})
+	}
 	if _, ok := probeL.(remote.HoldNotifier); ok {
 		tests = append(tests, subtest{"HoldNotifier", func(t *testing.T, _ remote.Store, _ remote.Lease) {
 			testHoldNotifier(t, newFleet)
@@ -652,6 +655,34 @@ func testWatcher(t *testing.T, _ remote.Store, l remote.Lease) {
 	case <-never:
 		t.Fatal("a watch taken back was notified")
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// testCompletionCounter: a key's completion count has moved by the time a
+// Watch registered with it is notified of the key's completion, once for
+// each completion.
+func testCompletionCounter(t *testing.T, _ remote.Store, l remote.Lease) {
+	cc := l.(remote.CompletionCounter)
+	w, ok := l.(remote.Watcher)
+	if !ok {
+		t.Fatal("a CompletionCounter must be a Watcher")
+	}
+	k := key(t, "k")
+	for i := range 2 {
+		g := lease(t, l, k, longTTL)
+		done := make(chan struct{}, 1)
+		stop := w.Watch(k, func() { done <- struct{}{} })
+		before := cc.Completions(k)
+		release(t, l, k, g.Token)
+		select {
+		case <-done:
+		case <-time.After(deadline):
+			t.Fatalf("completion %d announced after Watch did not notify it", i+1)
+		}
+		stop()
+		if cc.Completions(k) == before {
+			t.Fatalf("completion %d was announced and the key's count did not move", i+1)
+		}
 	}
 }
 

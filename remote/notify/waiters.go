@@ -1,6 +1,10 @@
 package notify
 
-import "sync"
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+)
 
 // Waiters is where goroutines wait for the next announcement on a key, and
 // where callbacks are registered for it. Its owner serialises every call
@@ -9,6 +13,41 @@ type Waiters struct {
 	// m holds the current generation of each key that has waiters or
 	// watches; an announcement ends it and removes it.
 	m map[string]*generation
+	// counts counts the announcements, by slot of the keys' hashes; nil
+	// until the first Count.
+	counts atomic.Pointer[countTable]
+}
+
+// countSlots is how many counters a Waiters' Count shares among the keys.
+// With k keys announced while a count is watched, another key's
+// announcement moves it with a chance of about k/countSlots.
+const countSlots = 1 << 13
+
+// countTable is the counters of Count.
+type countTable struct {
+	seed maphash.Seed
+	all  atomic.Uint64 // WakeAll calls
+	n    [countSlots]atomic.Uint64
+}
+
+// slot is the counter of key.
+func (t *countTable) slot(key string) *atomic.Uint64 {
+	return &t.n[maphash.String(t.seed, key)%countSlots]
+}
+
+// Count returns a number that every later Wake of key, and every WakeAll,
+// moves: a caller that kept it knows, by comparing, that key was announced
+// since, with no registration. Keys share counters, so a Wake of another
+// key may move it too. Count may be called without the owner's lock.
+func (ws *Waiters) Count(key string) uint64 {
+	t := ws.counts.Load()
+	if t == nil {
+		t = &countTable{seed: maphash.MakeSeed()}
+		if !ws.counts.CompareAndSwap(nil, t) {
+			t = ws.counts.Load()
+		}
+	}
+	return t.all.Load() + t.slot(key).Load()
 }
 
 // generation is what the waiters of one key block on, and the watches
@@ -123,6 +162,9 @@ func (ws *Waiters) Leave(w Wait) { ws.leave(w.key, w.g) }
 // Wake ends the current generation of key: its waiters return and its
 // watches are called.
 func (ws *Waiters) Wake(key string) {
+	if t := ws.counts.Load(); t != nil {
+		t.slot(key).Add(1)
+	}
 	if g := ws.m[key]; g != nil {
 		delete(ws.m, key)
 		g.end()
@@ -131,6 +173,9 @@ func (ws *Waiters) Wake(key string) {
 
 // WakeAll ends every key's current generation.
 func (ws *Waiters) WakeAll() {
+	if t := ws.counts.Load(); t != nil {
+		t.all.Add(1)
+	}
 	for key, g := range ws.m {
 		delete(ws.m, key)
 		g.end()

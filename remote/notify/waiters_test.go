@@ -178,3 +178,39 @@ func TestWatchesOfOneKey(t *testing.T) {
 		t.Errorf("%d keys still have waiters after every registration was taken back", ws.Len())
 	}
 }
+
+// Count moves at each Wake of its key and at each WakeAll, and at nothing
+// else of its key; it needs no registration and leaves none.
+func TestWaitersCount(t *testing.T) {
+	var ws Waiters
+	a := ws.Count("a")
+	if ws.Count("a") != a {
+		t.Fatal("Count moved with no announcement")
+	}
+	ws.Wake("a")
+	a2 := ws.Count("a")
+	if a2 == a {
+		t.Fatal("Wake(a) did not move Count(a)")
+	}
+	b := ws.Count("b")
+	ws.WakeAll()
+	if ws.Count("a") == a2 || ws.Count("b") == b {
+		t.Fatal("WakeAll did not move every key's Count")
+	}
+	if ws.Len() != 0 {
+		t.Fatalf("Count left %d keys registered; want 0", ws.Len())
+	}
+	// Another key's Wake moves a's Count only when the two share a
+	// counter, which, of countSlots counters, few of 64 keys do.
+	moved := 0
+	for i := range 64 {
+		before := ws.Count("a")
+		ws.Wake(string(rune('b' + i)))
+		if ws.Count("a") != before {
+			moved++
+		}
+	}
+	if moved > 8 {
+		t.Errorf("%d of 64 other keys' Wakes moved a's Count; want few", moved)
+	}
+}
