@@ -96,13 +96,12 @@ func (r *Remote) change(ctx context.Context, s *redis.Script, keys []string, arg
 }
 
 // acknowledgedAt runs s on node as acknowledged does, after ASKING when
-// asking, with EVALSHA, and with EVAL if node does not know the script.
+// asking. It sends the script whole (EVAL), not by its hash: an EVALSHA
+// that node refused with NOSCRIPT would have had its WAIT wait all the
+// same, behind a frozen replica the whole AckTimeout, and the change sent
+// again would wait a second time, past its deadline.
 func (r *Remote) acknowledgedAt(ctx context.Context, node redis.Cmdable, asking bool, s *redis.Script, keys []string, args []any) *redis.Cmd {
-	cmd := r.acknowledged(ctx, node, asking, s.EvalSha, keys, args)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = r.acknowledged(ctx, node, asking, s.Eval, keys, args)
-	}
-	return cmd
+	return r.acknowledged(ctx, node, asking, s.Eval, keys, args)
 }
 
 // askedTo returns the address that err, an ASK reply, sends its command
