@@ -72,7 +72,7 @@ func (r *Remote) change(ctx context.Context, s *redis.Script, keys []string, arg
 	}
 	cc, isCluster := r.client.(*redis.ClusterClient)
 	if !isCluster {
-		return r.acknowledgedAt(ctx, r.client, false, s, keys, args)
+		return r.acknowledged(ctx, r.client, false, s, keys, args)
 	}
 	node, err := cc.MasterForKey(ctx, keys[0])
 	if err != nil {
@@ -80,28 +80,19 @@ func (r *Remote) change(ctx context.Context, s *redis.Script, keys []string, arg
 		cmd.SetErr(fmt.Errorf("finding the master of %q: %w", keys[0], err))
 		return cmd
 	}
-	cmd := r.acknowledgedAt(ctx, node, false, s, keys, args)
+	cmd := r.acknowledged(ctx, node, false, s, keys, args)
 	if addr, ok := askedTo(cmd.Err()); ok {
 		target, err := masterAt(ctx, cc, addr)
 		if err != nil {
 			cmd.SetErr(fmt.Errorf("%w (following it: %w)", cmd.Err(), err))
 			return cmd
 		}
-		cmd = r.acknowledgedAt(ctx, target, true, s, keys, args)
+		cmd = r.acknowledged(ctx, target, true, s, keys, args)
 	}
 	if redis.HasErrorPrefix(cmd.Err(), "MOVED ") || redis.HasErrorPrefix(cmd.Err(), "ASK ") {
 		cc.ReloadState(ctx) // the slot has moved: the next change goes to its new master
 	}
 	return cmd
-}
-
-// acknowledgedAt runs s on node as acknowledged does, after ASKING when
-// asking. It sends the script whole (EVAL), not by its hash: an EVALSHA
-// that node refused with NOSCRIPT would have had its WAIT wait all the
-// same, behind a frozen replica the whole AckTimeout, and the change sent
-// again would wait a second time, past its deadline.
-func (r *Remote) acknowledgedAt(ctx context.Context, node redis.Cmdable, asking bool, s *redis.Script, keys []string, args []any) *redis.Cmd {
-	return r.acknowledged(ctx, node, asking, s.Eval, keys, args)
 }
 
 // askedTo returns the address that err, an ASK reply, sends its command
@@ -141,15 +132,18 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis
 	return found, nil
 }
 
-// acknowledged sends run and WAIT in one pipeline to node, after ASKING
-// when asking, and returns run's reply, whose error is WAIT's when run
-// succeeded but WAIT did not.
-func (r *Remote) acknowledged(ctx context.Context, node redis.Cmdable, asking bool, run func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd, keys []string, args []any) *redis.Cmd {
+// acknowledged sends s and WAIT in one pipeline to node, after ASKING when
+// asking, and returns s's reply, whose error is WAIT's when s succeeded
+// but WAIT did not. It sends the script whole (EVAL), not by its hash: an
+// EVALSHA that node refused with NOSCRIPT would have had its WAIT wait all
+// the same, behind a frozen replica the whole AckTimeout, and the change
+// sent again would wait a second time, past its deadline.
+func (r *Remote) acknowledged(ctx context.Context, node redis.Cmdable, asking bool, s *redis.Script, keys []string, args []any) *redis.Cmd {
 	pipe := node.Pipeline()
 	if asking {
 		pipe.Do(ctx, "asking")
 	}
-	cmd := run(ctx, pipe, keys, args...)
+	cmd := s.Eval(ctx, pipe, keys, args...)
 	wait := pipe.Do(ctx, "wait", r.ackReplicas, r.ackTimeout.Milliseconds())
 	_, _ = pipe.Exec(ctx) // each reply carries its own error
 	if cmd.Err() != nil {

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -12,11 +13,10 @@ import (
 // completion before it can be announced. The zero Direct is empty and
 // ready; its methods are safe for concurrent use.
 type Direct struct {
-	mu   sync.Mutex
-	subs map[*directSub]struct{}
-	// list is subs as a slice, made anew at each change, for Call to read
-	// without the lock or an allocation.
-	list atomic.Pointer[[]*directSub]
+	mu sync.Mutex // serialises the changes of subs
+	// subs holds the subscribers, a slice made anew at each change, so
+	// that Call reads it without the lock or an allocation.
+	subs atomic.Pointer[[]*directSub]
 }
 
 // directSub is one subscriber of a Direct; mu is held while fn runs, so
@@ -27,46 +27,38 @@ type directSub struct {
 	stopped bool
 }
 
+// current returns the subscribers.
+func (d *Direct) current() []*directSub {
+	if p := d.subs.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Add subscribes fn. stop removes it, waiting for a call of fn in progress;
 // it may be called more than once, and must not be called from fn.
 func (d *Direct) Add(fn func(Notice)) (stop func()) {
 	s := &directSub{fn: fn}
 	d.mu.Lock()
-	if d.subs == nil {
-		d.subs = make(map[*directSub]struct{})
-	}
-	d.subs[s] = struct{}{}
-	d.relist()
+	subs := append(slices.Clone(d.current()), s)
+	d.subs.Store(&subs)
 	d.mu.Unlock()
 	return func() {
 		s.mu.Lock()
 		s.stopped = true
 		s.mu.Unlock()
 		d.mu.Lock()
-		delete(d.subs, s)
-		d.relist()
+		subs := slices.DeleteFunc(slices.Clone(d.current()), func(o *directSub) bool { return o == s })
+		d.subs.Store(&subs)
 		d.mu.Unlock()
 	}
-}
-
-// relist makes list hold the subscribers of subs; d.mu is held.
-func (d *Direct) relist() {
-	list := make([]*directSub, 0, len(d.subs))
-	for s := range d.subs {
-		list = append(list, s)
-	}
-	d.list.Store(&list)
 }
 
 // Call calls every subscriber's fn with n, one after another, on the
 // caller's goroutine, and returns when they have returned. The caller must
 // hold no lock that an fn may take.
 func (d *Direct) Call(n Notice) {
-	list := d.list.Load()
-	if list == nil {
-		return
-	}
-	for _, s := range *list {
+	for _, s := range d.current() {
 		s.mu.Lock()
 		if !s.stopped {
 			s.fn(n)
@@ -78,11 +70,10 @@ func (d *Direct) Call(n Notice) {
 // StopAll removes every subscriber, as each one's stop does.
 func (d *Direct) StopAll() {
 	d.mu.Lock()
-	subs := d.subs
-	d.subs = nil
-	d.list.Store(nil)
+	subs := d.current()
+	d.subs.Store(nil)
 	d.mu.Unlock()
-	for s := range subs {
+	for _, s := range subs {
 		s.mu.Lock()
 		s.stopped = true
 		s.mu.Unlock()
