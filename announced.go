@@ -13,13 +13,13 @@ import (
 // holder's completion or change notice comes or the announced time passes,
 // at most LeaseTTL from when it heard it, so a holder that crashed is taken
 // over then; readers are served the stale value meanwhile. Once a replica
-// has heard another's hold, so that it knows it has company, its due
-// refreshes wait a random delay below min(maxStagger, SoftTTL/staggerPart)
-// before they try the lease, so that the first replica's announcement
-// reaches the others before they do; refreshes ahead of a pinned or hot
-// key, timed to end before the soft expiry, do not wait. Stats counts the
-// holds heard (LeaseHoldsHeard) and the lease attempts they spared
-// (LeaseAttemptsSkipped).
+// knows it has company (it heard another's hold, or one of its lease
+// attempts found another's lease), its due refreshes wait a random delay
+// below min(maxStagger, SoftTTL/staggerPart) before they try the lease, so
+// that the first replica's announcement reaches the others before they
+// do; refreshes ahead of a pinned or hot key, timed to end before the soft
+// expiry, do not wait. Stats counts the holds heard (LeaseHoldsHeard) and
+// the lease attempts they spared (LeaseAttemptsSkipped).
 
 // Bounds of the random delay of a due refresh when the Lease announces
 // holds.
@@ -35,6 +35,7 @@ func (c *Cache[V]) subscribeHolds() {
 	if !ok || c.cfg.Store == nil {
 		return
 	}
+	c.announces = true
 	c.unsubscribeHolds = hn.SubscribeHolds(c.heardHold)
 }
 
@@ -50,9 +51,7 @@ func (c *Cache[V]) heardHold(n remote.Notice) {
 	if n.Held.IsZero() || c.flights.Waiters(n.Key) > 0 {
 		return // a zero Notice: holds may have been lost, which costs attempts only
 	}
-	if !c.heardOthers.Load() {
-		c.heardOthers.Store(true)
-	}
+	c.hasCompany()
 	now := c.clk.now()
 	until := min(n.Held.UnixNano(), addTime(now, c.cfg.LeaseTTL))
 	if until <= now {
@@ -69,6 +68,18 @@ func (c *Cache[V]) heardHold(n remote.Notice) {
 	}
 	c.gens.markHeld(n.Key, h, now)
 	c.st.leaseHoldsHeard.add(1)
+}
+
+// hasCompany records that another replica leases this cache's keys, heard
+// from an announcement or from a lease attempt that found the lease held:
+// from now on, when the Lease announces holds, due refreshes are
+// staggered. A replica that learnt of others only from the announcements
+// would not learn it while its own attempts keep colliding with theirs:
+// an announcement that comes while a load of the key runs here is ignored.
+func (c *Cache[V]) hasCompany() {
+	if c.announces && !c.heardOthers.Load() {
+		c.heardOthers.Store(true)
+	}
 }
 
 // stagger waits the random delay of a due refresh of keys, once another

@@ -449,3 +449,61 @@ func holdCounts(cs []*herd.Cache[int]) (heard, skipped int) {
 	}
 	return heard, skipped
 }
+
+// deafLease is a Lease that takes hold subscriptions and delivers nothing
+// to them, with its Acquire calls counted: a replica whose every
+// announcement came while a load of the key ran on it, and was ignored.
+type deafLease struct {
+	leaseOnly
+	n atomic.Int64
+}
+
+func (d *deafLease) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
+	d.n.Add(1)
+	return d.leaseOnly.Acquire(ctx, key, ttl, after)
+}
+
+func (*deafLease) SubscribeHolds(func(remote.Notice)) (stop func()) { return func() {} }
+
+// A replica that has heard no announcement, but whose lease attempt found
+// another's lease, knows it has company: its next due refresh is
+// staggered like one of a replica that heard a hold. Without that, the
+// replicas whose refreshes come due at the instant all replicas agree on
+// keep asking at once, each too busy with its own attempt to hear the
+// others' announcements, at every expiry.
+func TestContendedAttemptStaggers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		deaf := &deafLease{leaseOnly: r}
+		b := fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = deaf })
+		herd.SetStaggerDraw(b, func() float64 { return 0.5 })
+		fleetStaleSetup(t, a, b, "k")
+
+		// A crashed holder: B's refresh finds its lease held, unannounced.
+		if g, err := r.Acquire(t.Context(), "k", fleetLeaseTTL, time.Now()); err != nil || g.Token == "" {
+			t.Fatalf("Acquire = %+v, %v; want a lease", g, err)
+		}
+		deaf.n.Store(0)
+		fleetMustGet(t, b, "k", fleetNoLoad(t, "B"), 1)
+		synctest.Wait()
+		if n, st := deaf.n.Load(), b.Stats(); n != 1 || st.LeaseContended != 1 || st.LeaseHoldsHeard != 0 {
+			t.Fatalf("B: %d lease attempts, LeaseContended %d, LeaseHoldsHeard %d; want 1, 1, 0", n, st.LeaseContended, st.LeaseHoldsHeard)
+		}
+
+		// Once the holder's time has passed, B's next refresh waits its
+		// stagger before it asks.
+		time.Sleep(fleetLeaseTTL)
+		fleetMustGet(t, b, "k", fleetValue(2), 1)
+		synctest.Wait()
+		if n := deaf.n.Load(); n != 1 {
+			t.Fatalf("B asked for the lease %d times in all at once after the holder's time; want its refresh staggered, still 1", n)
+		}
+		time.Sleep(herd.MaxStagger)
+		synctest.Wait()
+		if n, st := deaf.n.Load(), b.Stats(); n != 2 || st.LeaseAcquired != 1 {
+			t.Fatalf("after the stagger: %d lease attempts, LeaseAcquired %d; want 2, 1", n, st.LeaseAcquired)
+		}
+		fleetMustGet(t, b, "k", nil, 2)
+	})
+}

@@ -82,8 +82,11 @@ type Cache[V any] struct {
 	// unsubscribeHolds stops the subscription to the Lease's hold
 	// announcements; nil when the Lease makes none (announced.go).
 	unsubscribeHolds func()
-	// heardOthers is set once the hold of another replica has been heard:
-	// from then on due refreshes are staggered (announced.go).
+	// announces is set, before the subscription, when the cache hears its
+	// Lease's hold announcements.
+	announces bool
+	// heardOthers is set once this replica knows that others lease its
+	// keys: from then on due refreshes are staggered (announced.go).
 	heardOthers atomic.Bool
 	pins        pins[V]
 	// hot counts reads for RefreshAheadHot over each soft TTL, and shared

@@ -120,6 +120,7 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g remote.Grant,
 	}
 	c.st.leaseContended.add(1)
 	c.leaseEvent(observe.LeaseContended, 0)
+	c.hasCompany()
 	now := c.clk.now()
 	until := addTime(now, max(g.HeldFor, time.Millisecond))
 	c.gens.markHeld(key, heldBy{until: until, done: told}, now)
