@@ -82,8 +82,8 @@ func (c *Cache[V]) hasCompany() {
 	}
 }
 
-// stagger waits the random delay of a due refresh of keys, once another
-// replica's hold has been heard, and returns the keys whose lease it has
+// stagger waits the random delay of a due refresh of keys, once the cache
+// knows it has company, and returns the keys whose lease it has
 // not heard held meanwhile; none when the cache closes first.
 func (c *Cache[V]) stagger(keys []string) []string {
 	if !c.heardOthers.Load() {

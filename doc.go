@@ -66,10 +66,11 @@
 //     key until the holder's completion or change notice, or the announced
 //     lease time (at most LeaseTTL) has passed, so a crashed holder is
 //     taken over then; its readers are served the stale value meanwhile.
-//     Once a replica has heard another's hold, its due refreshes wait a
-//     random delay below min(100 ms, SoftTTL/20) before they ask, so that
-//     the first one's announcement reaches the others first; refreshes
-//     ahead of pinned and hot keys do not wait.
+//     Once a replica knows it has company (it heard another's hold, or one
+//     of its lease attempts found another's lease), its due refreshes wait
+//     a random delay below min(100 ms, SoftTTL/20) before they ask, so
+//     that the first one's announcement reaches the others first;
+//     refreshes ahead of pinned and hot keys do not wait.
 //   - Between the soft and the hard TTL a value is stale: Get returns it at
 //     once and one background refresh runs (stale-while-revalidate); if that
 //     refresh fails the stale value goes on being served until the hard TTL

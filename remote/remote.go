@@ -290,9 +290,9 @@ type Notice struct {
 // while it is held. A Cache whose Lease is a HoldNotifier makes no lease
 // attempt for a key it heard held until the holder's completion or change
 // notice comes or the announced time passes (at most its LeaseTTL), and,
-// once it has heard another replica's hold, staggers its due refreshes by
-// a short random delay so that the first replica's announcement reaches
-// the others before they try.
+// once it knows of another replica (it heard its hold, or found the lease
+// held by it), staggers its due refreshes by a short random delay so that
+// the first replica's announcement reaches the others before they try.
 type HoldNotifier interface {
 	// SubscribeHolds calls fn with a Notice whose Key and Held are set
 	// for each lease that another replica took, until stop is called (a

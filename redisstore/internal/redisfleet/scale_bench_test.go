@@ -34,6 +34,9 @@ type scaleCase struct {
 	soft time.Duration
 	// live is the Remotes' LivePeriod (heartbeats); zero: none.
 	live time.Duration
+	// holdAll has every replica read every key before the run, so that
+	// each holds a copy of each.
+	holdAll bool
 }
 
 const (
@@ -48,8 +51,10 @@ const (
 // Get and per second, lease acquisitions per Get (the caches'
 // LeaseAcquired and LeaseContended), commands per second (each command of
 // a pipeline counted), GETs and scripts per second, loads per TTL
-// fleet-wide, and the Gets' latency percentiles. One run per iteration:
-// go test -run '^$' -bench FleetScaleHotKey -benchtime 1x.
+// fleet-wide, and the Gets' latency percentiles, over the run that follows
+// the fleet's first expiry of the key (which costs a lease attempt per
+// replica: none knows yet that others share its keys, see the README). One
+// run per iteration: go test -run '^$' -bench FleetScaleHotKey -benchtime 1x.
 func BenchmarkFleetScaleHotKey(b *testing.B) {
 	for _, c := range []scaleCase{
 		{replicas: 20, rate: 50, keys: 1, load: 400 * time.Millisecond, run: 12 * time.Second},
@@ -58,11 +63,7 @@ func BenchmarkFleetScaleHotKey(b *testing.B) {
 		{replicas: 50, rate: 40, keys: 1, load: 300 * time.Millisecond, run: 12 * time.Second, live: redisstore.DefaultLivePeriod},
 		{replicas: 200, rate: 10, keys: 1, load: 300 * time.Millisecond, run: 12 * time.Second},
 	} {
-		name := fmt.Sprintf("%dx%d", c.replicas, c.rate)
-		if c.live > 0 {
-			name += "-live"
-		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(c.name(), func(b *testing.B) {
 			for b.Loop() {
 				scaleRun(b, c)
 			}
@@ -70,23 +71,75 @@ func BenchmarkFleetScaleHotKey(b *testing.B) {
 	}
 }
 
+// name is the case's sub-benchmark name: replicas x rate, -live with
+// heartbeats.
+func (c scaleCase) name() string {
+	name := fmt.Sprintf("%dx%d", c.replicas, c.rate)
+	if c.live > 0 {
+		name += "-live"
+	}
+	return name
+}
+
+// BenchmarkFleetScaleChanges measures the Redis traffic of a fleet that
+// holds a copy of each of 1,000 keys on every replica, 1% of them changed
+// per second (10 Sets a second, values small enough to travel in the
+// notice), each replica offered Gets spread over the keys: 20 × 10 and
+// 200 × 3, NearTTL 1 s, without and with heartbeats (LivePeriod 1 s). The
+// values live ten minutes, so the traffic is what keeping the copies
+// current costs. Besides what BenchmarkFleetScaleHotKey reports, it
+// reports Redis operations per change. One run per iteration:
+// go test -run '^$' -bench FleetScaleChanges -benchtime 1x.
+func BenchmarkFleetScaleChanges(b *testing.B) {
+	for _, f := range []struct{ replicas, rate int }{{20, 10}, {200, 3}} {
+		for _, live := range []time.Duration{0, redisstore.DefaultLivePeriod} {
+			c := scaleCase{replicas: f.replicas, rate: f.rate, keys: 1000, load: 50 * time.Millisecond, changes: 10, run: 12 * time.Second, soft: 10 * time.Minute, live: live, holdAll: true}
+			b.Run(c.name(), func(b *testing.B) {
+				for b.Loop() {
+					scaleRun(b, c)
+				}
+			})
+		}
+	}
+}
+
+// holdAll has every replica of rs read every key of keys, a hundred at a
+// time, from the Store.
+func holdAll(b *testing.B, rs []*replica, keys []string) {
+	noLoad := func(_ context.Context, ks []string) (map[string]string, error) {
+		return nil, fmt.Errorf("%d keys missing from the Store", len(ks))
+	}
+	for i, r := range rs {
+		for lo := 0; lo < len(keys); lo += 100 {
+			for _, it := range r.cache.GetMany(b.Context(), keys[lo:min(lo+100, len(keys))], noLoad) {
+				if it.Err != nil {
+					b.Fatalf("replica %d: %v", i, it.Err)
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkFleetScaleKeys measures the Redis traffic of a fleet reading
 // 1,000 keys, 1% of them changed per second (10 Sets a second), each
 // replica offered Gets spread over the keys: 20 and 50 replicas × 10 a
 // second, 200 × 3 (at 10, a 2-core machine's 200 clients time out),
-// NearTTL 1 s. The values live a minute (SoftTTL 60 s), so
+// NearTTL 1 s, each also with heartbeats (LivePeriod 1 s). The values
+// live a minute (SoftTTL 60 s), so
 // that the traffic is what keeping copies current costs, not refreshes.
 // It reports what BenchmarkFleetScaleHotKey does, and loads per TTL per
 // key. One run per iteration:
 // go test -run '^$' -bench FleetScaleKeys -benchtime 1x.
 func BenchmarkFleetScaleKeys(b *testing.B) {
 	for _, f := range []struct{ replicas, rate int }{{20, 10}, {50, 10}, {200, 3}} {
-		c := scaleCase{replicas: f.replicas, rate: f.rate, keys: 1000, load: 50 * time.Millisecond, changes: 10, run: 12 * time.Second, soft: time.Minute}
-		b.Run(fmt.Sprintf("%dx%d", c.replicas, c.rate), func(b *testing.B) {
-			for b.Loop() {
-				scaleRun(b, c)
-			}
-		})
+		for _, live := range []time.Duration{0, redisstore.DefaultLivePeriod} {
+			c := scaleCase{replicas: f.replicas, rate: f.rate, keys: 1000, load: 50 * time.Millisecond, changes: 10, run: 12 * time.Second, soft: time.Minute, live: live}
+			b.Run(c.name(), func(b *testing.B) {
+				for b.Loop() {
+					scaleRun(b, c)
+				}
+			})
+		}
 	}
 }
 
@@ -141,7 +194,8 @@ func scaleRun(b *testing.B, c scaleCase) {
 			return err
 		}
 	}
-	// The keys are stored before the run, and each replica reads one.
+	// The keys are stored before the run, and each replica reads one, or
+	// every one.
 	ctx := b.Context()
 	for _, k := range keys {
 		if err := rs[0].cache.Set(ctx, k, "set"); err != nil {
@@ -149,6 +203,15 @@ func scaleRun(b *testing.B, c scaleCase) {
 		}
 	}
 	warm(b, gets)
+	if c.holdAll {
+		holdAll(b, rs, keys)
+	}
+	if soft < c.run {
+		// The fleet's first expiry, before the run: until then no replica
+		// knows that others share its keys, and each asks for the lease
+		// at the expiry's instant, unstaggered; from then on each does.
+		openLoop(b, gets, c.rate, soft+c.load+scaleNear)
+	}
 
 	trips, commands := make([]int64, len(hooks)), make([]map[string]int64, len(hooks))
 	snapshot := func() {
@@ -228,6 +291,9 @@ func scaleRun(b *testing.B, c scaleCase) {
 	b.ReportMetric(float64(dGets)/secs, "gets/s")
 	b.ReportMetric(float64(scripts)/secs, "scripts/s")
 	b.ReportMetric(float64(sets.Load())/secs, "changes/s")
+	if sets.Load() > 0 {
+		b.ReportMetric(float64(dCommands)/float64(sets.Load()), "redis-ops/change")
+	}
 	if n := failed.Load(); n > 0 {
 		b.Logf("%d Redis commands failed during the run", n)
 		firstErr.Range(func(k, v any) bool {
