@@ -453,15 +453,7 @@ func holdCounts(cs []*herd.Cache[int]) (heard, skipped int) {
 // deafLease is a Lease that takes hold subscriptions and delivers nothing
 // to them, with the leases it is asked for counted: a replica whose every
 // announcement came while a load of the key ran on it, and was ignored.
-type deafLease struct {
-	leaseOnly
-	n atomic.Int64
-}
-
-func (d *deafLease) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
-	d.n.Add(1)
-	return d.leaseOnly.Acquire(ctx, key, ttl, after)
-}
+type deafLease struct{ acquires }
 
 func (d *deafLease) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, ttl time.Duration) []remote.Acquired {
 	d.n.Add(int64(len(reqs)))
@@ -480,7 +472,7 @@ func TestContendedAttemptStaggers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		a := fleetReplica(t, r, nil)
-		deaf := &deafLease{leaseOnly: r}
+		deaf := &deafLease{acquires{leaseOnly: r}}
 		b := fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = deaf })
 		herd.SetStaggerDraw(b, func() float64 { return 0.5 })
 		fleetStaleSetup(t, a, b, "k")
