@@ -77,8 +77,8 @@ func (c *Cache[V]) heardHold(n remote.Notice) {
 // would not learn it while its own attempts keep colliding with theirs:
 // an announcement that comes while a load of the key runs here is ignored.
 func (c *Cache[V]) hasCompany() {
-	if c.announces && !c.heardOthers.Load() {
-		c.heardOthers.Store(true)
+	if c.announces && !c.company.Load() {
+		c.company.Store(true)
 	}
 }
 
@@ -86,7 +86,7 @@ func (c *Cache[V]) hasCompany() {
 // knows it has company, and returns the keys whose lease it has
 // not heard held meanwhile; none when the cache closes first.
 func (c *Cache[V]) stagger(keys []string) []string {
-	if !c.heardOthers.Load() {
+	if !c.company.Load() {
 		return keys
 	}
 	if d := time.Duration(c.staggerDraw() * float64(min(maxStagger, c.cfg.SoftTTL/staggerPart))); d > 0 {

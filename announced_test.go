@@ -64,15 +64,9 @@ type uncounted struct{ hearingLease }
 
 // hearingReplica is a replica over r that hears holds and whose lease
 // attempts are counted; it knows the heard holders' completions through
-// the Lease's completion count.
-func hearingReplica(t *testing.T, r *memory.Remote) (*herd.Cache[int], *hearingAcquires) {
-	return hearingReplicaVia(t, r, true)
-}
-
-// hearingReplicaVia is hearingReplica, which knows the heard holders'
-// completions through the completion count when counted, and by watching
-// each otherwise.
-func hearingReplicaVia(t *testing.T, r *memory.Remote, counted bool) (*herd.Cache[int], *hearingAcquires) {
+// the Lease's completion count when counted, and by watching each
+// otherwise.
+func hearingReplica(t *testing.T, r *memory.Remote, counted bool) (*herd.Cache[int], *hearingAcquires) {
 	t.Helper()
 	a := &hearingAcquires{Remote: r}
 	var l remote.Lease = a
@@ -104,7 +98,7 @@ func testHeardHoldNoLeaseAttempt(t *testing.T, counted bool) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		a := fleetReplica(t, r, nil)
-		b, acq := hearingReplicaVia(t, r, counted)
+		b, acq := hearingReplica(t, r, counted)
 		fleetStaleSetup(t, a, b, "k")
 		setup := b.Stats()
 		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
@@ -158,8 +152,8 @@ func testHeardHoldCounted(t *testing.T, counted bool) {
 	synctest.Test(t, func(t *testing.T) {
 		r := memory.New()
 		a := fleetReplica(t, r, nil)
-		b, acq := hearingReplicaVia(t, r, counted)
-		idle, _ := hearingReplicaVia(t, r, counted)
+		b, acq := hearingReplica(t, r, counted)
+		idle, _ := hearingReplica(t, r, counted)
 		fast := fleetReplica(t, r, func(o *herd.Options[int]) {
 			o.Lease = &hearingAcquires{Remote: r}
 			o.OnLeaseHeld = herd.FailFast
@@ -273,7 +267,7 @@ func TestHeardHoldCrashedHolder(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := memory.New()
 				a := fleetReplica(t, r, nil)
-				b, acq := hearingReplica(t, r)
+				b, acq := hearingReplica(t, r, true)
 				fleetStaleSetup(t, a, b, "k")
 				g, err := r.Acquire(t.Context(), "k", tt.announced, time.Now())
 				if err != nil || g.Token == "" {

@@ -85,10 +85,10 @@ type Cache[V any] struct {
 	// announces is set, before the subscription, when the cache hears its
 	// Lease's hold announcements.
 	announces bool
-	// heardOthers is set once this replica knows that others lease its
+	// company is set once this replica knows that others lease its
 	// keys: from then on due refreshes are staggered (announced.go).
-	heardOthers atomic.Bool
-	pins        pins[V]
+	company atomic.Bool
+	pins    pins[V]
 	// hot counts reads for RefreshAheadHot over each soft TTL, and shared
 	// for ShareHotKeys over each of its periods; nil when off.
 	hot, shared *topk.Tracker
