@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -131,7 +132,7 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, tt
 		n := r.space.NamesAt(q.Key, gen)
 		runs = append(runs, scriptRun{entry: i, script: acquireScript,
 			keys: []string{n.Value, n.Lease, n.Fence},
-			args: []any{token, ms, max(q.After.UnixMilli(), 0), r.fenceTTL(ms), "1", r.channel, r.id, q.Key}}) // "1": return the value that was not fresh
+			args: []any{token, ms, max(q.After.UnixMilli(), 0), r.fenceTTL(ms), "1", r.noticeChannel(ctx, n.Value), r.id, q.Key}}) // "1": return the value that was not fresh
 		tokens = append(tokens, token)
 	}
 	var lapsed []scriptRun // acquisitions that timed out, and may have taken their leases
@@ -377,16 +378,50 @@ func (r *Remote) announce(ctx context.Context, ends []batchEnd) {
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
-	msgs := formatBatchNotices(r.id, ends)
-	if len(msgs) == 1 {
-		_ = r.client.Publish(ctx, r.channel, msgs[0]).Err() // lost, as a notice can be
+	groups := r.byChannel(ctx, ends)
+	if len(groups) == 1 {
+		for ch, ends := range groups {
+			r.publishAll(ctx, ch, formatBatchNotices(r.id, ends))
+		}
+		return
+	}
+	// Shard channels, each on its own master: their notices go out side
+	// by side, in order on each.
+	var wg sync.WaitGroup
+	for ch, ends := range groups {
+		wg.Go(func() { r.publishAll(ctx, ch, formatBatchNotices(r.id, ends)) })
+	}
+	wg.Wait()
+}
+
+// publishAll publishes msgs on ch in order (see publish), in one pipeline
+// on the classic channel; a notice that fails is lost, as notices can be.
+func (r *Remote) publishAll(ctx context.Context, ch string, msgs []string) {
+	if len(msgs) == 1 || isShardChannel(ch) {
+		for _, m := range msgs {
+			_ = r.publish(ctx, ch, m)
+		}
 		return
 	}
 	p := r.client.Pipeline()
 	for _, m := range msgs {
-		p.Publish(ctx, r.channel, m)
+		p.Publish(ctx, ch, m)
 	}
-	_, _ = p.Exec(ctx) // lost, as notices can be
+	_, _ = p.Exec(ctx)
+}
+
+// byChannel groups ends by the channel their keys' notices go to
+// (noticeChannel), in the order of ends within each.
+func (r *Remote) byChannel(ctx context.Context, ends []batchEnd) map[string][]batchEnd {
+	if r.shardChannels == nil {
+		return map[string][]batchEnd{r.channel: ends}
+	}
+	groups := make(map[string][]batchEnd)
+	for _, e := range ends {
+		ch := r.noticeChannel(ctx, r.space.Names(e.key).Value)
+		groups[ch] = append(groups[ch], e)
+	}
+	return groups
 }
 
 // ErrWriteFailed is wrapped by the error of a write-back that Redis

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdcache/herd/redisstore/internal/redistest"
@@ -259,6 +260,65 @@ func (env *batchEnv) onePerMaster(t *testing.T, op string, got calls, cmds int) 
 	}
 	if got.piped != cmds {
 		t.Errorf("%s pipelined %d commands, want %d", op, got.piped, cmds)
+	}
+}
+
+// published returns how many notices got published outside pipelines:
+// PUBLISH on the channel and SPUBLISH on shard channels.
+func (c calls) published() int { return c.alone["publish"] + c.alone["spublish"] }
+
+// channels returns how many channels r announces the notices of keys on:
+// one for a batch notice on each (see announce).
+func channels(t *testing.T, r *Remote, keys []string) int {
+	t.Helper()
+	seen := make(map[string]bool)
+	for _, k := range keys {
+		seen[r.noticeChannel(t.Context(), r.space.Names(k).Value)] = true
+	}
+	return len(seen)
+}
+
+// expectBatchNotices receives the notices of a batch, want, from notices,
+// then Sets a marker key on each channel holder announces on and receives
+// their notices: each channel's notices must come in order, the batch's
+// and then the marker's, and nothing else (once every marker has come,
+// the batch announced nothing more on any channel). Over one channel
+// that is the order of want; over a Cluster's shard channels, only each
+// channel's notices have an order.
+func expectBatchNotices(t *testing.T, holder *Remote, notices <-chan notify.Notice, want []notify.Notice) {
+	t.Helper()
+	ctx := t.Context()
+	channel := func(key string) string { return holder.noticeChannel(ctx, holder.space.Names(key).Value) }
+	markers := make(map[string]string) // channel → marker key
+	for i := 0; i < 64*len(holder.shardChannels)+1; i++ {
+		k := fmt.Sprint("marker/", i)
+		if ch := channel(k); markers[ch] == "" {
+			markers[ch] = k
+		}
+	}
+	var got []notify.Notice
+	for range want {
+		got = append(got, plain(next(t, notices)))
+	}
+	for _, k := range markers {
+		f, err := holder.Set(ctx, k, fresh("m"), time.Minute)
+		if err != nil {
+			t.Fatalf("Set(%q): %v", k, err)
+		}
+		want = append(want, notify.Notice{Key: k, Fence: f})
+	}
+	for range markers {
+		got = append(got, plain(next(t, notices)))
+	}
+	byChannel := func(ns []notify.Notice) map[string][]notify.Notice {
+		m := make(map[string][]notify.Notice)
+		for _, n := range ns {
+			m[channel(n.Key)] = append(m[channel(n.Key)], n)
+		}
+		return m
+	}
+	if diff := cmp.Diff(byChannel(want), byChannel(got)); diff != "" {
+		t.Fatalf("notices by channel, the batch's then a marker's (-want +got):\n%s", diff)
 	}
 }
 
@@ -612,9 +672,9 @@ func testWriteReleaseMany(t *testing.T, env *batchEnv) {
 	counted := env.calls.counted()
 	stats := env.commandStats(t)
 	env.onePerMaster(t, "WriteReleaseMany", counted, len(keys))
-	if counted.alone["publish"] != 1 || stats["publish"] != 1 {
-		t.Errorf("WriteReleaseMany published %d times (%d by INFO commandstats, scripts included), want once",
-			counted.alone["publish"], stats["publish"])
+	if want := channels(t, holder, keys); counted.published() != want || stats["publish"]+stats["spublish"] != want {
+		t.Errorf("WriteReleaseMany published %d times (%d by INFO commandstats, scripts included), want %d: once on each channel",
+			counted.published(), stats["publish"]+stats["spublish"], want)
 	}
 	if len(got) != len(writes) {
 		t.Fatalf("WriteReleaseMany of %d writes gave %d entries", len(writes), len(got))
@@ -669,20 +729,9 @@ func testWriteReleaseMany(t *testing.T, env *batchEnv) {
 			t.Errorf("Wait %s: %v", name, err)
 		}
 	}
-	for _, want := range written {
-		if n := next(t, notices); n != want {
-			t.Fatalf("notice %+v, want %+v", n, want)
-		}
-	}
-	// Notices come in order: once the next change is delivered, the batch
-	// gave no other notice and woke no other key.
-	f, err := holder.Set(ctx, "marker", fresh("m"), time.Minute)
-	if err != nil {
-		t.Fatalf("Set: %v", err)
-	}
-	if n := plain(next(t, notices)); n != (notify.Notice{Key: "marker", Fence: f}) {
-		t.Fatalf("notice after the batch's = %+v, want the marker's", n)
-	}
+	// Once the markers' notices are delivered, the batch gave no other
+	// notice and woke no other key.
+	expectBatchNotices(t, holder, notices, written)
 	if !waiting(other, "alone") {
 		t.Error("a Wait of a key outside the batch was woken")
 	}
@@ -725,8 +774,14 @@ func testWriteReleasePartialFailure(t *testing.T, env *batchEnv) {
 	env.calls.reset()
 	got := holder.WriteReleaseMany(ctx, writes)
 	env.calls.setFailing("")
-	if n := env.calls.counted().alone["publish"]; n != 1 {
-		t.Errorf("WriteReleaseMany published %d times, want once", n)
+	var ok []string
+	for _, k := range keys {
+		if strings.HasPrefix(k, "ok/") {
+			ok = append(ok, k)
+		}
+	}
+	if n, want := env.calls.counted().published(), channels(t, holder, ok); n != want {
+		t.Errorf("WriteReleaseMany published %d times, want %d: once on each channel", n, want)
 	}
 	var want []notify.Notice
 	for i, o := range got {
@@ -743,18 +798,7 @@ func testWriteReleasePartialFailure(t *testing.T, env *batchEnv) {
 	if err := <-waitOK; err != nil {
 		t.Errorf("Wait of a key whose run answered: %v", err)
 	}
-	for _, w := range want {
-		if n := next(t, notices); n != w {
-			t.Fatalf("notice %+v, want %+v", n, w)
-		}
-	}
-	f, err := holder.Set(ctx, "marker", fresh("m"), time.Minute)
-	if err != nil {
-		t.Fatalf("Set: %v", err)
-	}
-	if n := plain(next(t, notices)); n != (notify.Notice{Key: "marker", Fence: f}) {
-		t.Fatalf("notice after the batch's = %+v, want the marker's", n)
-	}
+	expectBatchNotices(t, holder, notices, want)
 	if !waiting(other, "lost/1") {
 		t.Error("the completion of a key whose run failed was announced")
 	}
@@ -891,8 +935,8 @@ func testBatchScriptFlush(t *testing.T, env *batchEnv) {
 		}
 	}
 	bounded("WriteReleaseMany", 2)
-	if n := env.calls.counted().alone["publish"]; n != 1 {
-		t.Errorf("WriteReleaseMany after SCRIPT FLUSH published %d times, want once", n)
+	if n, want := env.calls.counted().published(), channels(t, r, keys); n != want {
+		t.Errorf("WriteReleaseMany after SCRIPT FLUSH published %d times, want %d: once on each channel", n, want)
 	}
 
 }

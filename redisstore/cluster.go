@@ -39,6 +39,12 @@ func (r *Remote) reload(err error) {
 	if r.cluster == nil || !staleMap(err) {
 		return
 	}
+	r.reloadMap()
+}
+
+// reloadMap has a Cluster client reload its slot map in the background,
+// unless it did less than reloadEvery ago.
+func (r *Remote) reloadMap() {
 	now := int64(time.Since(r.born))
 	last := r.reloadedAt.Load()
 	if last != 0 && now-last < int64(reloadEvery) || !r.reloadedAt.CompareAndSwap(last, now) {
@@ -66,22 +72,26 @@ func staleMap(err error) bool {
 	return false
 }
 
-// listen hands the subscription's messages on until Close. A receive that
-// fails (the connection broke, or its master died) is retried after a
-// pause that grows from resubscribeMin to resubscribeMax, and on a Cluster
-// has the slot map reloaded, so that the PubSub, which resubscribes on its
-// next receive, dials the node that now holds the channel's slot.
-func (r *Remote) listen(ctx context.Context) {
-	defer close(r.listening)
+// listen hands l's messages on until Close. A receive that fails (the
+// connection broke, or its master died) is retried after a pause that
+// grows from resubscribeMin to resubscribeMax, and on a Cluster has the
+// slot map reloaded, so that the PubSub, which resubscribes on its next
+// receive, dials the node that now holds the channel's slot. A shard
+// channel's subscription that Redis ended (its slot left the master) or
+// answered with an error (MOVED) is renewed after such a pause instead,
+// with the map reloaded.
+func (r *Remote) listen(ctx context.Context, l *listener) {
+	first := true
 	pause := time.Duration(0)
 	for {
-		m, err := r.pubsub.ReceiveTimeout(ctx, pingEvery)
+		ps := l.pubsub()
+		m, err := ps.ReceiveTimeout(ctx, pingEvery)
 		if err != nil {
 			if r.closed.Load() || errors.Is(err, redis.ErrClosed) || ctx.Err() != nil {
 				return
 			}
 			if isTimeout(err) && pause == 0 {
-				_ = r.pubsub.Ping(ctx) // a broken connection fails the ping or the next receive
+				_ = ps.Ping(ctx) // a broken connection fails the ping or the next receive
 				continue
 			}
 			r.reload(err)
@@ -89,13 +99,26 @@ func (r *Remote) listen(ctx context.Context) {
 			if !sleep(ctx, pause) {
 				return
 			}
+			var reply redis.Error
+			if l.shard != "" && errors.As(err, &reply) {
+				l.renew(ctx, r.cluster)
+			}
 			continue
 		}
 		pause = 0
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				r.subscribed()
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				r.subscribed(first)
+				first = false
+			case "sunsubscribe": // the slot left the master: none is asked for but at Close
+				r.reloadMap()
+				pause = resubscribeMin
+				if !sleep(ctx, pause) {
+					return
+				}
+				l.renew(ctx, r.cluster)
 			}
 		case *redis.Message:
 			r.dispatch(m.Payload)
@@ -207,12 +230,12 @@ func (r *Remote) acquireSplit(ctx context.Context, n keyspace.Names, key, token 
 	}
 	fence, err := advanceScript.Run(ctx, r.client, []string{n.Fence}, r.fenceTTL(ms)).Int64()
 	if err != nil {
-		_ = releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.channel, r.id, key).Err() // a lease without a fence is of no use
+		_ = releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.noticeChannel(ctx, n.Value), r.id, key).Err() // a lease without a fence is of no use
 		return remote.Grant{}, err
 	}
 	// Announced as the acquire script announces it; a lost announcement
 	// costs the other replicas one lease attempt each.
-	_ = r.client.Publish(ctx, r.channel, "l"+strconv.FormatInt(ms, 10)+":"+r.id+key).Err()
+	_ = r.publish(ctx, r.noticeChannel(ctx, n.Value), "l"+strconv.FormatInt(ms, 10)+":"+r.id+key)
 	return remote.Grant{Token: token, Fence: uint64(fence)}, nil
 }
 
@@ -222,7 +245,7 @@ func (r *Remote) acquireSplit(ctx context.Context, n keyspace.Names, key, token 
 // release script), in any case. It reports whether it stored.
 func (r *Remote) writeReleaseSplit(ctx context.Context, n keyspace.Names, key string, env []byte, fence uint64, ms int64, token string) (bool, error) {
 	wrote, err := r.writeSplit(ctx, n, key, env, fence, ms)
-	if rerr := releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.channel, r.id, key).Err(); err == nil {
+	if rerr := releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.noticeChannel(ctx, n.Value), r.id, key).Err(); err == nil {
 		err = rerr
 	}
 	return wrote, err

@@ -65,8 +65,8 @@
 // are read in pipelines bounded as Batches (below) says.
 //
 // Change and completion notices go out with classic PUBLISH on
-// <prefix>events, which reaches subscribers on every node of a Cluster,
-// one message each, whatever bytes the key holds:
+// <prefix>events, or on a Cluster with SPUBLISH on a shard channel (see
+// Notices on a Cluster), one message each, whatever bytes the key holds:
 //
 //	c<fence>:<key>     key written (Write, Set, MarkStale) under fence
 //	v<fence>:<length>:<key><envelope>
@@ -93,6 +93,35 @@
 // key's length in bytes, and every number a canonical decimal; a message
 // that does not parse is ignored whole.
 //
+// Notices on a Cluster. A Cluster relays each classic PUBLISH from the
+// master that ran it to every other node over the cluster bus, so that
+// every master pays for every change. A shard channel (SPUBLISH and
+// SSUBSCRIBE, Redis 7) lives on the master of its hash slot alone. A
+// Remote over a *redis.ClusterClient subscribes, besides <prefix>events,
+// to eight shard channels <prefix>events{<tag>}, whose tags put them on
+// slots 1024, 3072, … 15360, one connection each to the master that holds
+// the slot; a master that holds a range of 2048 slots or more holds one.
+// Each key's notices go out on the first shard channel held by the key's
+// master, by the client's slot map, from within the script that makes the
+// change (a script may publish only to a shard channel of its own
+// master): they cross no bus, reach every Remote, and come in order for
+// each key, as before. When the map was out of date, so that the channel
+// is not on the script's master, the script announces with classic
+// PUBLISH instead, as it does for a key whose master holds no shard
+// channel, and for notices of no one key (InvalidateAll, InvalidateTag).
+// WriteReleaseMany's batch notices go out on the shard channel of each
+// master that held some of its keys, side by side. When a shard
+// channel's slot moves to another master (a reshard), Redis ends its
+// subscriptions; a Remote reloads the slot map and subscribes again on
+// the new master, after which its subscribers drop everything, as after
+// any reconnection. Tested on a Cluster of three masters: a Set,
+// MarkStale, Invalidate, Acquire and WriteRelease of keys on every master
+// relay no message over the bus, where with ClassicNotices each of their
+// six messages is relayed to both other masters; the slots of a master's
+// shard channels moved to another master are heard on again. Set
+// Options.ClassicNotices for Clusters older than Redis 7, and while a
+// fleet is upgraded from a version that announced with PUBLISH alone.
+//
 // Batches. The batch calls ([remote.BatchStore], [remote.BatchLease],
 // TagVersions, and AddHot in transactions) send their entries, in order,
 // in pipelines of GETs (LoadMany) or of one command or script run per key,
@@ -118,7 +147,8 @@
 // atomic, the batch is not. WriteReleaseMany's scripts announce nothing:
 // once a pipeline has returned, its keys' changes and completions are
 // published in batch notices of at most 256 keys and 32 KiB each (one
-// PUBLISH, or one pipeline of them), so the notices of each pipeline
+// PUBLISH, or one pipeline of them; on a Cluster, one SPUBLISH or more
+// on each master's shard channel), so the notices of each pipeline
 // follow all of its writes, and a subscriber queues each batch notice as
 // one message.
 //
@@ -128,8 +158,8 @@
 // completion, and returns an error wrapping [ErrWriteFailed]: the scripts
 // carry no shebang flags, so Redis 7 lets them run when full and refuses
 // only their first write of a kind that takes memory (SET), which they
-// make with redis.pcall; deleting a lease and PUBLISH are allowed when
-// full. Release works when full. A command that Redis refuses before
+// make with redis.pcall; deleting a lease, PUBLISH and SPUBLISH are
+// allowed when full. Release works when full. A command that Redis refuses before
 // running it (a value longer than proto-max-bulk-len, after which Redis
 // drops the connection) runs nothing of its script: WriteRelease returns
 // the error and leaves the release to its caller, while WriteReleaseMany
@@ -159,14 +189,15 @@
 // A Remote over a *redis.ClusterClient has the map reloaded (ReloadState,
 // in the background) after a call fails with a connection error, a
 // timeout, or a CLUSTERDOWN, MOVED, ASK, TRYAGAIN or READONLY reply, at
-// most once per 250 ms. Its notice subscription, which lives on the
-// master of the channel's slot, is received in a loop that, after a
+// most once per 250 ms. Each of its notice subscriptions, which lives on
+// the master of its channel's slot, is received in a loop that, after a
 // failed receive, reloads the map and receives again (which resubscribes)
 // after a pause growing from 10 to 250 ms; a quiet subscription is pinged
 // every 3 s. Tested on a Cluster of three masters and their replicas
 // (cluster-node-timeout 1 s) with a SIGKILL of the master of the channel's
-// slot under the reads of four caches: the calls stop failing about 0.4 s
-// after the promotion, and notices come back in about 0.5 s.
+// slot, and of shard channels, under the reads of four caches: the calls
+// stop failing about 0.4 s after the promotion, and the notices of the
+// dead master's keys come back in about 0.5 s.
 //
 // While a slot migrates (CLUSTER SETSLOT MIGRATING on its master,
 // IMPORTING on the target, then MIGRATE of its keys), Redis runs a
@@ -256,8 +287,10 @@
 // KILL of the subscriptions. A Cluster propagates classic PUBLISH over
 // its bus, where a message can be lost without a subscriber's connection
 // breaking and messages published on different masters arrive in no
-// fixed order, so no heartbeat proves anything there: LivePeriod is
-// ignored on a Cluster, whose caches re-read each NearTTL.
+// fixed order, and a key's notices fall back to it while slot maps are
+// out of date (see Notices on a Cluster), so no heartbeat proves anything
+// there: LivePeriod is ignored on a Cluster, whose caches re-read each
+// NearTTL.
 //
 // Why not Redis' own client-side caching. RESP3 CLIENT TRACKING has Redis
 // push an invalidation for each key a client read. rueidis builds its
@@ -414,6 +447,14 @@ type Options struct {
 	// is ignored on a Cluster. Zero means no heartbeats and no proofs; it
 	// must not be negative.
 	LivePeriod time.Duration
+	// ClassicNotices makes a Remote on a Cluster announce every notice
+	// with classic PUBLISH, which each master relays to every other node,
+	// instead of on shard channels (SPUBLISH), which stay on one master
+	// (see "Notices on a Cluster" in the package doc). Shard channels need
+	// Redis 7; set it for older Clusters, and while a fleet is upgraded
+	// from a version of this package that announced with PUBLISH alone.
+	// It is ignored off a Cluster.
+	ClassicNotices bool
 }
 
 // NewClient returns a client for o, like redis.NewUniversalClient, with
@@ -452,9 +493,14 @@ type Remote struct {
 	// channel is not counted a second time.
 	id string
 
-	// pubsub is the one subscription to channel that feeds Subscribe and
-	// Wait; listen reads it until Close closes it, then closes listening.
-	pubsub    *redis.PubSub
+	// shardChannels are the shard channels that carry keys' notices on a
+	// Cluster (shard.go); nil off a Cluster or with ClassicNotices.
+	shardChannels []string
+	// listeners are the subscriptions that feed Subscribe and Wait: to
+	// channel, then to each of shardChannels. Each has a listen goroutine
+	// that reads it until Close closes it; listening is closed once all
+	// of them have returned.
+	listeners []*listener
 	listening chan struct{}
 	// stopListen ends listen's pauses and beat; Close calls it.
 	stopListen context.CancelFunc
@@ -488,13 +534,12 @@ type Remote struct {
 	reached atomic.Bool
 
 	mu sync.Mutex
-	// ready is closed by the first subscription confirmation if New is still
-	// waiting for it (started unset).
-	ready chan struct{}
-	// confirmed is set by the first subscription confirmation; any later one
-	// is a reconnection, after which notices may have been lost.
-	confirmed bool
-	// started is set when New stops waiting for the first confirmation: a
+	// ready is closed by the first confirmations of the listeners, once all
+	// have come, if New is still waiting for them (started unset);
+	// unconfirmed counts the listeners that have not confirmed yet.
+	ready       chan struct{}
+	unconfirmed int
+	// started is set when New stops waiting for the first confirmations: a
 	// confirmation that comes later may also follow lost notices.
 	started bool
 	// waits holds the Wait calls blocked until a key's next completion.
@@ -590,6 +635,9 @@ func New(o Options) (*Remote, error) {
 		born:        time.Now(),
 	}
 	r.cluster, _ = o.Client.(*redis.ClusterClient)
+	if r.cluster != nil && !o.ClassicNotices {
+		r.shardChannels = shardChannelNames(r.channel)
+	}
 	if r.cluster == nil && o.LivePeriod > 0 { // see "A live channel" in the package doc
 		r.livePeriod = o.LivePeriod
 		r.heardBeat = make(chan struct{}, 1)
@@ -599,10 +647,21 @@ func New(o Options) (*Remote, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// A failed SUBSCRIBE is retried by the PubSub's own reconnection loop.
-	r.pubsub = o.Client.Subscribe(ctx, r.channel)
+	r.listeners = []*listener{{ps: o.Client.Subscribe(ctx, r.channel)}}
+	for _, ch := range r.shardChannels {
+		r.listeners = append(r.listeners, &listener{shard: ch, ps: r.cluster.SSubscribe(ctx, ch)})
+	}
+	r.unconfirmed = len(r.listeners)
 	listenCtx, stopListen := context.WithCancel(context.Background())
 	r.stopListen = stopListen
-	go r.listen(listenCtx)
+	var listeners sync.WaitGroup
+	for _, l := range r.listeners {
+		listeners.Go(func() { r.listen(listenCtx, l) })
+	}
+	go func() {
+		listeners.Wait()
+		close(r.listening)
+	}()
 	if r.beating != nil {
 		go r.beat(listenCtx)
 	}
@@ -724,7 +783,7 @@ func (r *Remote) Write(ctx context.Context, key string, env []byte, fence uint64
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	wrote, err := writeScript.Run(ctx, r.client, []string{n.Value, n.Fence},
-		strconv.FormatUint(fence, 10), ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
+		strconv.FormatUint(fence, 10), ms, env, r.noticeChannel(ctx, n.Value), key, r.fenceTTL(ms)).Int64()
 	if tryAgain(err) { // the key's slot is migrating
 		ok, err := r.writeSplit(ctx, n, key, env, fence, ms)
 		if err != nil {
@@ -763,7 +822,7 @@ func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	res, err := writeReleaseScript.Run(ctx, r.client, []string{n.Value, n.Fence, n.Lease},
-		strconv.FormatUint(fence, 10), ms, env, r.channel, key, token, r.id, r.fenceTTL(ms)).Result()
+		strconv.FormatUint(fence, 10), ms, env, r.noticeChannel(ctx, n.Value), key, token, r.id, r.fenceTTL(ms)).Result()
 	if tryAgain(err) { // the key's slot is migrating
 		wrote, err := r.writeReleaseSplit(ctx, n, key, env, fence, ms, token)
 		r.mu.Lock()
@@ -803,7 +862,7 @@ func (r *Remote) Set(ctx context.Context, key string, env []byte, ttl time.Durat
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
-	fence, err := r.change(ctx, setScript, []string{n.Value, n.Fence}, ms, env, r.channel, key, r.fenceTTL(ms)).Int64()
+	fence, err := r.change(ctx, setScript, []string{n.Value, n.Fence}, ms, env, r.noticeChannel(ctx, n.Value), key, r.fenceTTL(ms)).Int64()
 	if tryAgain(err) { // the key's slot is migrating
 		f, err := r.setSplit(ctx, n, key, env, ms)
 		if err != nil {
@@ -829,7 +888,7 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
-	err = r.change(ctx, invalidateScript, []string{n.Value, n.Fence}, r.channel, key, r.fenceTTL(0)).Err()
+	err = r.change(ctx, invalidateScript, []string{n.Value, n.Fence}, r.noticeChannel(ctx, n.Value), key, r.fenceTTL(0)).Err()
 	if tryAgain(err) { // the key's slot is migrating
 		_, err = r.invalidateSplit(ctx, n, key)
 	}
@@ -859,7 +918,7 @@ func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, aft
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms), "0", r.channel, r.id, key).Slice()
+	res, err := acquireScript.Run(ctx, r.client, []string{n.Value, n.Lease, n.Fence}, token, ms, afterMs, r.fenceTTL(ms), "0", r.noticeChannel(ctx, n.Value), r.id, key).Slice()
 	if tryAgain(err) { // the key's slot is migrating
 		g, err := r.acquireSplit(ctx, n, key, token, ms, afterMs)
 		if err != nil {
@@ -946,7 +1005,7 @@ func (r *Remote) Release(ctx context.Context, key, token string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	if err := releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.channel, r.id, key).Err(); err != nil {
+	if err := releaseScript.Run(ctx, r.client, []string{n.Lease}, token, r.noticeChannel(ctx, n.Value), r.id, key).Err(); err != nil {
 		return r.fail("release", key, err)
 	}
 	r.mu.Lock()
@@ -998,12 +1057,13 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 	}
 }
 
-// Subscribe calls fn, on one goroutine per subscription and in order, with
-// each change of a key that any Remote on the same Redis and prefix made: a
+// Subscribe calls fn, on one goroutine per subscription and in the order
+// they were heard (each key's in the order they were made), with each
+// change of a key that any Remote on the same Redis and prefix made: a
 // write, a Set, or an Invalidate (Dropped), under the fence of that change
-// (refused writes are not announced), until stop is called. After the
-// shared subscription reconnects, fn gets the zero Notice: notices may have
-// been lost, drop everything. Notices are never waited for: each
+// (refused writes are not announced), until stop is called. After one of
+// the Remote's subscriptions to the channels reconnects, fn gets the zero
+// Notice: notices may have been lost, drop everything. Notices are never waited for: each
 // subscription queues up to 1024 messages from the channel (one notice
 // each, or the up to 256 of one batch notice), and when a slow fn lets the
 // queue fill, the queued notices are replaced by a single zero Notice.
@@ -1037,7 +1097,10 @@ func (r *Remote) Close() error {
 	}
 	r.holds.StopAll()
 	r.stopListen()
-	err := r.pubsub.Close()
+	var err error
+	for _, l := range r.listeners {
+		err = cmp.Or(err, l.close())
+	}
 	<-r.listening
 	if r.beating != nil {
 		<-r.beating
@@ -1048,20 +1111,20 @@ func (r *Remote) Close() error {
 	return nil
 }
 
-// subscribed handles a confirmation of the subscription. Every one but the
-// initial one that New waits for follows a time without a subscription, in
-// which notices may have been lost: subscribers drop everything, Wait-ers
-// wake to re-read.
-func (r *Remote) subscribed() {
+// subscribed handles a confirmation of a listener's subscription, its
+// first if first. Every one but the first ones that New waits for follows
+// a time without that subscription, in which notices may have been lost:
+// subscribers drop everything, Wait-ers wake to re-read.
+func (r *Remote) subscribed(first bool) {
 	r.reached.Store(true)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.confirmed && !r.started {
-		r.confirmed = true
-		close(r.ready)
+	if first && !r.started {
+		if r.unconfirmed--; r.unconfirmed == 0 {
+			close(r.ready)
+		}
 		return
 	}
-	r.confirmed = true
 	r.lastBeat = 0
 	r.genKnown.Store(false) // an InvalidateAll may have been missed
 	for s := range r.subs {

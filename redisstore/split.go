@@ -34,7 +34,7 @@ func (r *Remote) setSplit(ctx context.Context, n keyspace.Names, key string, env
 		return 0, err
 	}
 	f := strconv.FormatInt(fence, 10)
-	if err := r.change(ctx, putNewerScript, []string{n.Value}, f, ms, env, r.channel, key).Err(); err != nil {
+	if err := r.change(ctx, putNewerScript, []string{n.Value}, f, ms, env, r.noticeChannel(ctx, n.Value), key).Err(); err != nil {
 		return 0, err
 	}
 	return uint64(fence), nil
@@ -50,7 +50,7 @@ func (r *Remote) invalidateSplit(ctx context.Context, n keyspace.Names, key stri
 		return 0, err
 	}
 	f := strconv.FormatInt(fence, 10)
-	if err := r.change(ctx, dropOlderScript, []string{n.Value}, f, r.channel, key).Err(); err != nil {
+	if err := r.change(ctx, dropOlderScript, []string{n.Value}, f, r.noticeChannel(ctx, n.Value), key).Err(); err != nil {
 		return 0, err
 	}
 	return uint64(fence), nil
@@ -67,7 +67,7 @@ func (r *Remote) markStaleSplit(ctx context.Context, n keyspace.Names, key strin
 		return 0, err
 	}
 	f := strconv.FormatInt(fence, 10)
-	left, err := r.change(ctx, staleOlderScript, []string{n.Value}, f, r.channel, key).Int64()
+	left, err := r.change(ctx, staleOlderScript, []string{n.Value}, f, r.noticeChannel(ctx, n.Value), key).Int64()
 	if err != nil {
 		return 0, err
 	}
@@ -94,7 +94,7 @@ func (r *Remote) writeSplit(ctx context.Context, n keyspace.Names, key string, e
 	if cur, err := r.fenceAt(ctx, n); err != nil || cur != fence {
 		return false, err
 	}
-	stored, err := putNewerScript.Run(ctx, r.client, []string{n.Value}, f, ms, env, r.channel, key).Int64()
+	stored, err := putNewerScript.Run(ctx, r.client, []string{n.Value}, f, ms, env, r.noticeChannel(ctx, n.Value), key).Int64()
 	if err != nil || stored != 1 {
 		return false, err
 	}
@@ -106,7 +106,7 @@ func (r *Remote) writeSplit(ctx context.Context, n keyspace.Names, key string, e
 		return err == nil, err
 	}
 	retired := strconv.FormatUint(max(cur, fence+1), 10) // a fence key that holds no fence retires it too
-	if err := dropOlderScript.Run(ctx, r.client, []string{n.Value}, retired, r.channel, key).Err(); err != nil {
+	if err := dropOlderScript.Run(ctx, r.client, []string{n.Value}, retired, r.noticeChannel(ctx, n.Value), key).Err(); err != nil {
 		return true, err
 	}
 	return false, nil

@@ -23,7 +23,7 @@ func (r *Remote) MarkStale(ctx context.Context, key string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout+r.ackTimeout)
 	defer cancel()
 	fence, err := r.change(ctx, markStaleScript, []string{n.Value, n.Fence},
-		r.channel, key, r.fenceTTL(0), r.fenceMargin.Milliseconds()).Int64()
+		r.noticeChannel(ctx, n.Value), key, r.fenceTTL(0), r.fenceMargin.Milliseconds()).Int64()
 	if tryAgain(err) { // the key's slot is migrating
 		var f uint64
 		f, err = r.markStaleSplit(ctx, n, key)

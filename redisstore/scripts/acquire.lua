@@ -33,5 +33,5 @@ if not fence then
   return redis.error_reply(err)
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-redis.call('PUBLISH', ARGV[6], 'l' .. ARGV[2] .. ':' .. ARGV[7] .. ARGV[8])
+publish(ARGV[6], 'l' .. ARGV[2] .. ':' .. ARGV[7] .. ARGV[8])
 return reply(2, fence)

@@ -13,5 +13,5 @@ if v and not (soft(v) and u64(v, FENCE) >= tonumber(ARGV[1])) then
   redis.call('DEL', KEYS[1])
   dropped = 1
 end
-redis.call('PUBLISH', ARGV[2], 'x' .. ARGV[1] .. ':' .. ARGV[3])
+publish(ARGV[2], 'x' .. ARGV[1] .. ':' .. ARGV[3])
 return dropped

@@ -7,5 +7,5 @@ if not fence then
   return redis.error_reply(err)
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], 'x' .. string.format('%.0f', fence) .. ':' .. ARGV[2])
+publish(ARGV[1], 'x' .. string.format('%.0f', fence) .. ':' .. ARGV[2])
 return fence

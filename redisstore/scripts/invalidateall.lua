@@ -18,5 +18,5 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 n = math.max(n + 1, math.min(now, MAXFENCE))
 local g = string.format('%.0f', n)
 redis.call('SET', KEYS[1], g)
-redis.call('PUBLISH', ARGV[1], 'g' .. g)
+publish(ARGV[1], 'g' .. g)
 return n

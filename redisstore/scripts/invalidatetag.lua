@@ -18,5 +18,5 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 n = math.max(n + 1, math.min(now, MAXFENCE))
 local v = string.format('%.0f', n)
 redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
-redis.call('PUBLISH', ARGV[1], 't' .. v .. ':' .. ARGV[2])
+publish(ARGV[1], 't' .. v .. ':' .. ARGV[2])
 return n

@@ -19,6 +19,27 @@
 --                                a lease taken (acquire) for ms by origin
 -- The batch scripts announce nothing: Go publishes one batch notice for the
 -- whole call (see redisstore.go).
+--
+-- A key's notices go to the channel Go passes, through publish: the
+-- classic channel (<prefix>events), or on a Cluster a shard channel
+-- (<prefix>events{<tag>}, the only names with a '{') that Go chose on the
+-- key's master (see shard.go).
+
+-- publish sends msg on ch: with SPUBLISH when ch is a shard channel, and
+-- with PUBLISH on the classic channel, the part of ch before its '{', when
+-- ch is not one or Redis refused the SPUBLISH (the shard channel's slot is
+-- not on this node: the caller's slot map was out of date).
+local function publish(ch, msg)
+  local brace = string.find(ch, '{', 1, true)
+  if brace then
+    local res = redis.pcall('SPUBLISH', ch, msg)
+    if type(res) ~= 'table' or not res.err then
+      return
+    end
+    ch = string.sub(ch, 1, brace - 1)
+  end
+  redis.call('PUBLISH', ch, msg)
+end
 
 -- be64 encodes n, an integer in [0, 2^53), as 8 big-endian bytes. Lua numbers
 -- are doubles, exact in that range.
@@ -192,10 +213,10 @@ end
 -- plain change notice.
 local function announce(ch, key, env, fence)
   if #env <= NOTICEVALUE then
-    redis.call('PUBLISH', ch, 'v' .. fence .. ':' .. string.format('%d', #key) .. ':' .. key ..
+    publish(ch, 'v' .. fence .. ':' .. string.format('%d', #key) .. ':' .. key ..
       string.sub(env, 1, FENCE) .. be64(tonumber(fence)) .. string.sub(env, FENCE + 9))
   else
-    redis.call('PUBLISH', ch, 'c' .. fence .. ':' .. key)
+    publish(ch, 'c' .. fence .. ':' .. key)
   end
 end
 

@@ -25,5 +25,5 @@ if v then
     end
   end
 end
-redis.call('PUBLISH', ARGV[1], 'c' .. string.format('%.0f', fence) .. ':' .. ARGV[2])
+publish(ARGV[1], 'c' .. string.format('%.0f', fence) .. ':' .. ARGV[2])
 return fence

@@ -7,5 +7,5 @@ local dropped = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   dropped = redis.call('DEL', KEYS[1])
 end
-redis.call('PUBLISH', ARGV[2], 'd' .. ARGV[3] .. ARGV[4])
+publish(ARGV[2], 'd' .. ARGV[3] .. ARGV[4])
 return dropped

@@ -20,5 +20,5 @@ if v then
     left = math.max(redis.call('PTTL', KEYS[1]), 0)
   end
 end
-redis.call('PUBLISH', ARGV[2], 'c' .. ARGV[1] .. ':' .. ARGV[3])
+publish(ARGV[2], 'c' .. ARGV[1] .. ':' .. ARGV[3])
 return left

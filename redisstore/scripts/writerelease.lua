@@ -3,7 +3,7 @@
 -- then drop the lease if the token still holds it and announce the key's
 -- completion. A write that Redis refuses (OOM) changes nothing, and the
 -- lease is dropped and the completion announced all the same: deleting a
--- key and PUBLISH are allowed when Redis is full.
+-- key and publishing (PUBLISH, SPUBLISH) are allowed when Redis is full.
 -- KEYS[1] value, KEYS[2] fence, KEYS[3] lease
 -- ARGV[1] fence (decimal), ARGV[2] ttl (ms), ARGV[3] envelope, ARGV[4] channel,
 -- ARGV[5] key, ARGV[6] token, ARGV[7] origin, ARGV[8] least fence ttl (ms)
@@ -21,7 +21,7 @@ end
 if redis.call('GET', KEYS[3]) == ARGV[6] then
   redis.call('DEL', KEYS[3])
 end
-redis.call('PUBLISH', ARGV[4], 'd' .. ARGV[7] .. ARGV[5])
+publish(ARGV[4], 'd' .. ARGV[7] .. ARGV[5])
 if refused then
   return refused
 end

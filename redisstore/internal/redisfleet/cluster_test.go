@@ -14,6 +14,7 @@ import (
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/redisstore/internal/redistest"
 	"github.com/herdcache/herd/remote"
+	"github.com/herdcache/herd/remote/keyspace"
 )
 
 // errClock is a go-redis hook that notes when commands fail, as the
@@ -72,11 +73,12 @@ const (
 
 // A master of a Cluster with replicas dies (SIGKILL) under the reads of
 // several herd caches, each with its own ClusterClient and Remote, and
-// while a prober changes keys: the master holds the notice channel's slot,
-// so every subscription breaks with it. Once its replica is promoted, the
-// Remotes' calls stop failing within errorsStopWithin, and every Remote
-// hears again, within noticesBackWithin, the notices of changes made after
-// the promotion.
+// while a prober changes keys: the master holds the notice channel's slot
+// and shard channels, so every Remote's subscriptions to them break with
+// it. Once its replica is promoted, the Remotes' calls stop failing within
+// errorsStopWithin, and every Remote hears again, within
+// noticesBackWithin, the notices of changes made after the promotion to
+// keys of the dead master's slots, which travel on its shard channels.
 func TestClusterMasterKilled(t *testing.T) {
 	c := redistest.ReplicatedCluster(t)
 	remoteTimeouts.Store(t.Name(), 250*time.Millisecond) // calls to the dead master fail fast
@@ -108,6 +110,36 @@ func TestClusterMasterKilled(t *testing.T) {
 	if victim < 0 {
 		t.Fatalf("the channel's master %s is none of %v", channelMaster.Options().Addr, c.Addrs())
 	}
+	// onVictim reports whether the Redis names of the encoded key k are on
+	// a slot of the master that dies, which its replica takes over.
+	shards, err := c.Nodes[victim].Client().ClusterShards(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victimSlots []redis.SlotRange
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role == "master" && fmt.Sprint(n.IP, ":", n.Port) == c.Nodes[victim].Addr {
+				victimSlots = sh.Slots
+			}
+		}
+	}
+	if len(victimSlots) == 0 {
+		t.Fatalf("CLUSTER SHARDS gives %s no slots: %+v", c.Nodes[victim].Addr, shards)
+	}
+	space, err := keyspace.New(fmt.Sprintf("fleet:%s:", t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onVictim := func(k string) bool {
+		slot := int64(keyspace.Slot(space.Names(k).Value))
+		for _, r := range victimSlots {
+			if r.Start <= slot && slot <= r.End {
+				return true
+			}
+		}
+		return false
+	}
 
 	// Every replica notes when it first hears of a change made after the
 	// promotion (promoted: time.Since(clock.base), 0 before).
@@ -119,7 +151,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	for i, r := range rs {
 		stop := r.remote.Subscribe(func(n remote.Notice) {
 			sent, ok := setAt.Load(n.Key)
-			if p := promoted.Load(); ok && p != 0 && sent.(int64) >= p && heard[i].Load() == 0 {
+			if p := promoted.Load(); ok && p != 0 && sent.(int64) >= p && heard[i].Load() == 0 && onVictim(n.Key) {
 				heard[i].Store(int64(time.Since(clock.base)))
 			}
 		})
@@ -172,7 +204,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	for i := range heard {
 		h := time.Duration(heard[i].Load())
 		if h == 0 {
-			t.Errorf("replica %d heard no notice of a change made in the %v after the promotion", i, afterPromotion)
+			t.Errorf("replica %d heard no notice of a change to the dead master's keys made in the %v after the promotion", i, afterPromotion)
 			continue
 		}
 		t.Logf("replica %d heard a change made after the promotion %v after it", i, h-p)
