@@ -21,12 +21,27 @@ import (
 // TestNoticeCarriesValue checks that the notices of a Set, a Write and a
 // WriteRelease carry the envelope they stored, fence field set, up to
 // NoticeValueMax bytes, and that a longer one is announced as a plain
-// change.
+// change: on one node, and on a Cluster's shard channels for keys on
+// every master.
 func TestNoticeCarriesValue(t *testing.T) {
 	t.Parallel()
-	node := redistest.Server(t)
-	w := newRemote(t, node.Client(), Options{})
-	r := newRemote(t, node.Client(), Options{})
+	t.Run("Single", func(t *testing.T) {
+		t.Parallel()
+		c := redistest.Server(t).Client()
+		testNoticeCarriesValue(t, c, []string{"k"})
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		t.Parallel()
+		c := redistest.Cluster(t)
+		cc := c.Client()
+		r := newRemote(t, cc, Options{})
+		testNoticeCarriesValue(t, cc, keysOnEveryMaster(t, c, cc, r, "k/", 12))
+	})
+}
+
+func testNoticeCarriesValue(t *testing.T, c redis.UniversalClient, keys []string) {
+	w := newRemote(t, c, Options{})
+	r := newRemote(t, c, Options{})
 	notices := subscribe(t, r)
 	ctx := t.Context()
 
@@ -57,36 +72,43 @@ func TestNoticeCarriesValue(t *testing.T) {
 		}
 	}
 
-	for _, tc := range []struct {
-		env     []byte
-		carried bool
-	}{{fresh("v"), true}, {fits, true}, {tooLong, false}} {
-		f, err := w.Set(ctx, "k", tc.env, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		check("Set", "k", f, tc.carried)
+	for _, k := range keys {
+		carries(t, w, k, fresh("v"), true, check)
+		carries(t, w, k, fits, true, check)
+		carries(t, w, k, tooLong, false, check)
+	}
+}
 
-		g, err := w.Acquire(ctx, "k", time.Minute, time.Now().Add(24*time.Hour))
-		if err != nil || g.Token == "" {
-			t.Fatalf("Acquire = %+v, %v; want the lease", g, err)
-		}
-		if wrote, err := w.WriteRelease(ctx, "k", tc.env, g.Fence, time.Minute, g.Token); err != nil || !wrote {
-			t.Fatalf("WriteRelease = %v, %v", wrote, err)
-		}
-		check("WriteRelease", "k", g.Fence, tc.carried)
+// carries Sets, WriteReleases and Writes env under k through w, and checks
+// each one's notice with check.
+func carries(t *testing.T, w *Remote, k string, env []byte, carried bool, check func(what, key string, fence uint64, carried bool)) {
+	t.Helper()
+	ctx := t.Context()
+	f, err := w.Set(ctx, k, env, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Set", k, f, carried)
 
-		g, err = w.Acquire(ctx, "k", time.Minute, time.Now().Add(24*time.Hour))
-		if err != nil || g.Token == "" {
-			t.Fatalf("Acquire = %+v, %v; want the lease", g, err)
-		}
-		if wrote, err := w.Write(ctx, "k", tc.env, g.Fence, time.Minute); err != nil || !wrote {
-			t.Fatalf("Write = %v, %v", wrote, err)
-		}
-		check("Write", "k", g.Fence, tc.carried)
-		if err := w.Release(ctx, "k", g.Token); err != nil {
-			t.Fatal(err)
-		}
+	g, err := w.Acquire(ctx, k, time.Minute, time.Now().Add(24*time.Hour))
+	if err != nil || g.Token == "" {
+		t.Fatalf("Acquire(%q) = %+v, %v; want the lease", k, g, err)
+	}
+	if wrote, err := w.WriteRelease(ctx, k, env, g.Fence, time.Minute, g.Token); err != nil || !wrote {
+		t.Fatalf("WriteRelease(%q) = %v, %v", k, wrote, err)
+	}
+	check("WriteRelease", k, g.Fence, carried)
+
+	g, err = w.Acquire(ctx, k, time.Minute, time.Now().Add(24*time.Hour))
+	if err != nil || g.Token == "" {
+		t.Fatalf("Acquire(%q) = %+v, %v; want the lease", k, g, err)
+	}
+	if wrote, err := w.Write(ctx, k, env, g.Fence, time.Minute); err != nil || !wrote {
+		t.Fatalf("Write(%q) = %v, %v", k, wrote, err)
+	}
+	check("Write", k, g.Fence, carried)
+	if err := w.Release(ctx, k, g.Token); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -344,3 +344,37 @@ func moveEmptySlot(ctx context.Context, t *testing.T, c *redistest.ClusterNodes,
 		}
 	}
 }
+
+// TestShardSubscriptionsKilled kills every subscription's connection on
+// every master of a Cluster (CLIENT KILL TYPE pubsub): each of a Remote's
+// subscriptions, the channel's and the shard channels', reconnects and
+// hands its subscribers the zero Notice (drop everything), and the
+// notices of keys on every master are heard again.
+func TestShardSubscriptionsKilled(t *testing.T) {
+	t.Parallel()
+	c := redistest.Cluster(t)
+	cc := c.Client()
+	writer := newRemote(t, cc, Options{Prefix: "killed:"})
+	reader := newRemote(t, cc, Options{Prefix: "killed:"})
+	notices := subscribe(t, reader)
+	ctx := t.Context()
+	for _, n := range nodeClients(c) {
+		if err := n.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+			t.Fatalf("CLIENT KILL TYPE pubsub on %s: %v", n.Options().Addr, err)
+		}
+	}
+	for i := range len(reader.listeners) {
+		if n := next(t, notices); n != (notify.Notice{}) {
+			t.Fatalf("notice %d after the kill: %+v, want the zero Notice", i, n)
+		}
+	}
+	for _, k := range keysOnEveryMaster(t, c, cc, writer, "k/", 12) {
+		f, err := writer.Set(ctx, k, fresh("v"), time.Minute)
+		if err != nil {
+			t.Fatalf("Set(%q): %v", k, err)
+		}
+		if n := plain(next(t, notices)); n != (notify.Notice{Key: k, Fence: f}) {
+			t.Fatalf("Set(%q) after the reconnections: notice %+v, want fence %d", k, n, f)
+		}
+	}
+}
