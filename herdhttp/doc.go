@@ -228,6 +228,15 @@
 // handler is passed to the origin like any method the cache does not
 // know.
 //
+// # Serving hits without net/http's server
+//
+// A Handler serves under any net/http server. In front of one, Server
+// answers the requests that are plain hits (a GET or HEAD over HTTP/1.1
+// answered from memory) on each connection's own loop, field for field
+// as ServeHTTP answers them under net/http, and hands a connection to
+// the net/http server at its first request that is anything else; herd
+// proxy serves so unless it writes an access log.
+//
 // # Metrics
 //
 // A Recorder that implements [RouteRecorder] gets each request's

@@ -46,7 +46,10 @@ const opsUsage = `  --prefix P       the prefix of every Redis key and channel, 
   --access-log DEST
                    log each answer (method, URI, status, bytes, duration,
                    Cache-Status) to DEST: - for stderr, or a file, appended
-                   to (default none)
+                   to (default none). Without it, hits are answered on
+                   each connection's own loop, not net/http's server
+                   (herdhttp.Server); with it, every request goes
+                   through net/http's server and the log
   --log-format F   text or json, for the access log and for the errors
                    logged on stderr, such as an origin that cannot be
                    reached (default text)

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/herdcache/herd/herdhttp"
 )
 
 // The server's own bounds on a client connection: how long its request
@@ -32,6 +35,25 @@ func newServer(h http.Handler, ln net.Listener, maxConns int) (*http.Server, net
 		return srv, ln
 	}
 	return srv, newLimitListener(ln, maxConns, srv.SetKeepAlivesEnabled)
+}
+
+// proxyServer is what herd proxy serves with: an *http.Server, or a
+// *herdhttp.Server in front of one.
+type proxyServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+}
+
+// hitServer returns a herdhttp.Server whose loop answers the hits of h
+// on each connection (taking a slot of gate, when there is one, for each)
+// and hands every connection with any other request to srv; ln's limit,
+// when it has one, switches the keep-alives of both.
+func hitServer(srv *http.Server, ln net.Listener, h *herdhttp.Handler, gate func() (func(), bool)) *herdhttp.Server {
+	hs := &herdhttp.Server{Handler: h, Fallback: srv, Admit: gate}
+	if l, ok := ln.(*limitListener); ok {
+		l.keepAlives = hs.SetKeepAlivesEnabled
+	}
+	return hs
 }
 
 // limitListener is a net.Listener with at most cap(slots) connections

@@ -219,16 +219,21 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		_ = h.Close(context.Background())
 		return exitFail
 	}
-	srv, ln := newServer(op.wrap(admit(h, *maxConc)), ln, *maxConns)
+	admitted, gate := admit(h, *maxConc)
+	srv, ln := newServer(op.wrap(admitted), ln, *maxConns)
+	var server proxyServer = srv
+	if op.access == nil { // the access log wraps srv's handler alone
+		server = hitServer(srv, ln, h, gate)
+	}
 	fmt.Fprintf(stdout, "herd proxy: serving http://%s, caching %s\n", ln.Addr(), up)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- server.Serve(ln) }()
 	select {
 	case err = <-done:
 		_ = stopAdmin(context.Background())
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.Background(), proxyTimeout)
-		err = errors.Join(srv.Shutdown(sctx), stopAdmin(sctx))
+		err = errors.Join(server.Shutdown(sctx), stopAdmin(sctx))
 		cancel()
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), proxyTimeout)
@@ -279,23 +284,33 @@ func validFieldName(s string) bool {
 // past the cap is answered 503 with Retry-After at once, so that
 // a flood of misses costs a bounded number of goroutines, connections'
 // buffers and fetch buffers rather than queueing without bound in the
-// server. conc 0 means no cap.
-func admit(h http.Handler, conc int) http.Handler {
+// server. It returns h so capped, and gate, which takes one of the same
+// slots (ok false when none is free) for a hit answered elsewhere. conc 0
+// means no cap, and gate nil.
+func admit(h http.Handler, conc int) (capped http.Handler, gate func() (release func(), ok bool)) {
 	if conc == 0 {
-		return h
+		return h, nil
 	}
 	slots := make(chan struct{}, 2*conc)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	release := func() { <-slots }
+	gate = func() (func(), bool) {
 		select {
 		case slots <- struct{}{}:
-			defer func() { <-slots }()
-			h.ServeHTTP(w, r)
+			return release, true
 		default:
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Cache-Status", "herd; fwd=bypass; detail=overloaded")
-			http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
+			return nil, false
 		}
-	})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if release, ok := gate(); ok {
+			defer release()
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Cache-Status", "herd; fwd=bypass; detail=overloaded")
+		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
+	}), gate
 }
 
 // quietRedis drops go-redis's own log lines (pool dial errors).
