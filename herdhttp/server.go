@@ -91,12 +91,21 @@ func (s *Server) Serve(ln net.Listener) error {
 	fallback := make(chan error, 1)
 	go func() { fallback <- s.Fallback.Serve(s.hand) }()
 	var err error
+	var pause time.Duration
 	for {
 		var c net.Conn
 		c, err = ln.Accept()
+		if ne, ok := err.(interface{ Temporary() bool }); ok && ne.Temporary() && !s.shutdown.Load() {
+			// Out of file descriptors and the like: wait and accept
+			// again, as net/http does.
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			time.Sleep(pause)
+			continue
+		}
 		if err != nil {
 			break
 		}
+		pause = 0
 		hc := s.track(c)
 		if hc == nil {
 			c.Close()

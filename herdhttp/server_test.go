@@ -370,3 +370,48 @@ func FuzzServerParse(f *testing.F) {
 		}
 	})
 }
+
+// flakyListener fails its first fails Accepts with a temporary error, as
+// a listener out of file descriptors does.
+type flakyListener struct {
+	net.Listener
+	fails atomic.Int64
+}
+
+type temporaryError struct{}
+
+func (temporaryError) Error() string   { return "accept: too many open files" }
+func (temporaryError) Timeout() bool   { return false }
+func (temporaryError) Temporary() bool { return true }
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, temporaryError{}
+	}
+	return l.Listener.Accept()
+}
+
+// TestServerAcceptRetries checks that Serve accepts again after a
+// temporary error of its listener instead of returning.
+func TestServerAcceptRetries(t *testing.T) {
+	f := newFronts(t, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flakyListener{Listener: ln}
+	fl.fails.Store(3)
+	srv := &herdhttp.Server{Handler: f.h, Fallback: &http.Server{Handler: f.h}}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(fl) }()
+	roundTrip(t, f.plain, "GET", rawGet("/a"))
+	if a := roundTrip(t, ln.Addr().String(), "GET", rawGet("/a")); a.body != "body of /a" {
+		t.Fatalf("after 3 failed accepts: %+v", a)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+}
