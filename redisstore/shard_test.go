@@ -3,6 +3,7 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -310,37 +311,28 @@ func TestShardChannelMoves(t *testing.T) {
 // every node, as redis-cli --cluster reshard does.
 func moveEmptySlot(ctx context.Context, t *testing.T, c *redistest.ClusterNodes, slot int, source, target *redistest.Node) {
 	t.Helper()
-	id := func(n *redistest.Node) string {
-		s, err := n.Client().ClusterMyID(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	src, dst := source.Client(), target.Client()
+	sourceID, err1 := src.ClusterMyID(ctx).Result()
+	targetID, err2 := dst.ClusterMyID(ctx).Result()
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
 	}
-	sourceID, targetID := id(source), id(target)
-	if keys, err := source.Client().ClusterCountKeysInSlot(ctx, slot).Result(); err != nil || keys != 0 {
+	if keys, err := src.ClusterCountKeysInSlot(ctx, slot).Result(); err != nil || keys != 0 {
 		t.Fatalf("slot %d holds %d keys (%v), want none", slot, keys, err)
 	}
-	steps := []struct {
-		n    *redis.Client
-		args []any
-	}{
-		{target.Client(), []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", sourceID}},
-		{source.Client(), []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", targetID}},
-		{target.Client(), []any{"CLUSTER", "SETSLOT", slot, "NODE", targetID}},
-		{source.Client(), []any{"CLUSTER", "SETSLOT", slot, "NODE", targetID}},
-	}
-	for _, n := range c.Nodes {
-		if n != source && n != target {
-			steps = append(steps, struct {
-				n    *redis.Client
-				args []any
-			}{n.Client(), []any{"CLUSTER", "SETSLOT", slot, "NODE", targetID}})
+	setSlot := func(n *redis.Client, args ...any) {
+		t.Helper()
+		if err := n.Do(ctx, append([]any{"CLUSTER", "SETSLOT", slot}, args...)...).Err(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d %v on %s: %v", slot, args, n.Options().Addr, err)
 		}
 	}
-	for _, s := range steps {
-		if err := s.n.Do(ctx, s.args...).Err(); err != nil {
-			t.Fatalf("%v on %s: %v", s.args, s.n.Options().Addr, err)
+	setSlot(dst, "IMPORTING", sourceID)
+	setSlot(src, "MIGRATING", targetID)
+	setSlot(dst, "NODE", targetID)
+	setSlot(src, "NODE", targetID)
+	for _, n := range c.Nodes {
+		if n != source && n != target {
+			setSlot(n.Client(), "NODE", targetID)
 		}
 	}
 }
