@@ -23,16 +23,17 @@ import (
 // Fallback.
 //
 // A connection is read by the loop one request head at a time. A GET or
-// HEAD over HTTP/1.1, with a valid Host, no body, no Expect and no
-// Upgrade, that the Handler answers from memory (the requests
-// Handler.ServeHTTP answers on its hit path: fresh, selected by the
-// request, with no fetch of its key running here, or 304 to a
+// HEAD over HTTP/1.1 of an origin-form target, with one valid Host,
+// fields of plain bytes, and no body, Expect, Upgrade, Pragma or
+// Connection but keep-alive, that the Handler answers from memory (the
+// requests Handler.ServeHTTP answers on its hit path: fresh, selected by
+// the request, with no fetch of its key running here, or 304 to a
 // conditional one) is answered by the loop with the fields and body that
 // ServeHTTP under a net/http server gives, Date and a sniffed
 // Content-Type included. The first request of a connection that is
-// anything else, and any the loop cannot parse or whose head exceeds
-// Fallback's MaxHeaderBytes (or 1 MiB), passes, with the bytes read of
-// it and after the answers before it are written, to Fallback, which
+// anything else, or whose head is longer than the loop's 4 KiB buffer
+// (or than Fallback's MaxHeaderBytes), passes, with the bytes read of it
+// and after the answers before it are written, to Fallback, which
 // serves the connection from then on: through its own Handler, which
 // should wrap this Server's Handler, with every bound and hook it has.
 // The loop applies Fallback's IdleTimeout (its ReadTimeout when that is
