@@ -378,17 +378,10 @@ func (r *Remote) announce(ctx context.Context, ends []batchEnd) {
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
-	groups := r.byChannel(ctx, ends)
-	if len(groups) == 1 {
-		for ch, ends := range groups {
-			r.publishAll(ctx, ch, formatBatchNotices(r.id, ends))
-		}
-		return
-	}
-	// Shard channels, each on its own master: their notices go out side
-	// by side, in order on each.
+	// On a Cluster's shard channels, each on its own master, the notices
+	// go out side by side, in order on each.
 	var wg sync.WaitGroup
-	for ch, ends := range groups {
+	for ch, ends := range r.byChannel(ctx, ends) {
 		wg.Go(func() { r.publishAll(ctx, ch, formatBatchNotices(r.id, ends)) })
 	}
 	wg.Wait()
