@@ -589,14 +589,14 @@ func TestEarlyRefreshRunsOnExecutor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var queued atomic.Int64
 		o := testOptions()
-		o.Beta = 1
+		o.Beta = 10
 		o.Executor = func(fn func()) {
 			queued.Add(1)
 			go fn()
 		}
 		c := newCache(t, o)
-		// A draw this small refreshes whenever the value is within 40 load
-		// times of its soft expiry.
+		// At Beta 10 a draw this small leads by 11.2 load times, longer than
+		// the TTL: the value is due for refresh as soon as it is written.
 		var draws atomic.Int64
 		herd.SetDraws(c, func() float64 {
 			if draws.Add(1) == 1 {

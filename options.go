@@ -205,16 +205,18 @@ type Options[V any] struct {
 	// uniformly from ±Jitter×SoftTTL. It must lie in [0, 1); zero means off.
 	Jitter float64
 	// Beta scales XFetch early refresh. Each value's refresh starts
-	// delta×(1.2 + Beta×E) before its soft expiry, where delta is the
+	// delta×(1.2 + Beta×D) before its soft expiry, where delta is the
 	// measured duration of the load that made it (or nine tenths of the
 	// delta of the value it replaced, if that is longer, so that one fast
-	// load does not cut the lead of a slower one) and E is drawn once for
-	// the value from an exponential distribution with mean 1 (the xfetch
-	// package's Lead); the first read after that instant refreshes it in
-	// the background. Every replica derives the same E from the value, so
-	// how early a value is refreshed depends neither on how often it is read
-	// nor on how many replicas read it: about 1.2 loads per TTL for a load
-	// an eighth of the TTL, at Beta 1. Zero means off; it must not be
+	// load does not cut the lead of a slower one) and D is drawn once for
+	// the value, uniform on [0, 1) (the xfetch package's Lead); the first
+	// read after that instant refreshes it in the background. Every replica
+	// derives the same D from the value, so how early a value is refreshed
+	// depends neither on how often it is read nor on how many replicas read
+	// it, and the refreshes of values written together spread over
+	// delta×Beta. A value is replaced on average every SoftTTL −
+	// delta×(0.2 + Beta/2): at Beta 1, 1.16 loads per TTL for a load a fifth
+	// of the TTL, 1.10 for an eighth. Zero means off; it must not be
 	// negative.
 	Beta float64
 	// RefreshBackoff is the least time between a background refresh of a key

@@ -364,8 +364,9 @@ func TestLead(t *testing.T) {
 		want         time.Duration
 	}{
 		{"u 1: the floor alone", d, 1, 0.2, 1, 300 * time.Millisecond},
-		{"u 1/e: floor plus delta·beta", d, 1, 0.2, 1 / math.E, 550 * time.Millisecond},
-		{"beta 2 doubles the draw's part", d, 2, 0.2, 1 / math.E, 800 * time.Millisecond},
+		{"u 1/2: floor plus half delta·beta", d, 1, 0.2, 0.5, 425 * time.Millisecond},
+		{"u 1/4: floor plus three quarters", d, 1, 0.2, 0.25, 487500 * time.Microsecond},
+		{"beta 2 doubles the draw's part", d, 2, 0.2, 0.5, 550 * time.Millisecond},
 		{"no margin", d, 1, 0, 1, d},
 		{"negative margin counts as 0", d, 1, -1, 1, d},
 		{"NaN margin counts as 0", d, 1, math.NaN(), 1, d},
@@ -384,15 +385,16 @@ func TestLead(t *testing.T) {
 			t.Errorf("%s: Lead(%v, %v, %v, %v) = %v, want %v", tt.name, tt.delta, tt.beta, tt.margin, tt.u, got, tt.want)
 		}
 	}
-	// u at or below 0 is the smallest draw of U: finite, and the longest lead
-	// U can give.
-	if got, want := Lead(d, 1, 0.2, 0), Lead(d, 1, 0.2, minU); got != want || got <= 0 {
-		t.Errorf("Lead(u 0) = %v, want Lead(u 2^-53) = %v", got, want)
+	// u at or below 0 is the smallest draw of U: the longest lead U can
+	// give, at most floor plus delta·beta.
+	if got, want := Lead(d, 1, 0.2, 0), Lead(d, 1, 0.2, minU); got != want || got <= 0 || got > 550*time.Millisecond {
+		t.Errorf("Lead(u 0) = %v, want Lead(u 2^-53) = %v, at most 550ms", got, want)
 	}
 }
 
-// Over uniform draws the lead's mean is delta·(1+margin+beta), and it is
-// never below the floor delta·(1+margin).
+// Over uniform draws the lead is uniform between the floor delta·(1+margin)
+// and delta·(1+margin+beta): never outside them, its mean halfway, and each
+// tenth of the span holding a tenth of the leads.
 func TestLeadDistribution(t *testing.T) {
 	const (
 		n     = 200_000
@@ -401,17 +403,25 @@ func TestLeadDistribution(t *testing.T) {
 		m     = DefaultMargin
 	)
 	rng := rand.New(rand.NewPCG(5, 6))
-	floor := time.Duration(float64(delta) * (1 + m))
+	floor := float64(delta) * (1 + m)
+	span := float64(delta) * beta
 	var sum float64
+	var bins [10]int
 	for range n {
-		l := Lead(delta, beta, m, unit(rng.Float64()))
-		if l < floor {
-			t.Fatalf("Lead = %v, below the floor %v", l, floor)
+		l := float64(Lead(delta, beta, m, unit(rng.Float64())))
+		if l < floor || l >= floor+span {
+			t.Fatalf("Lead = %v, outside [%v, %v)", time.Duration(l), time.Duration(floor), time.Duration(floor+span))
 		}
-		sum += l.Seconds()
+		sum += l / float64(time.Second)
+		bins[min(int((l-floor)/span*10), 9)]++
 	}
-	if mean, want := sum/n, 1+m+beta; math.Abs(mean-want) > 0.01*want {
+	if mean, want := sum/n, 1+m+beta/2; math.Abs(mean-want) > 0.01*want {
 		t.Errorf("mean lead %.4fs, want %.4fs within 1%%", mean, want)
+	}
+	for i, b := range bins {
+		if b < n/10*95/100 || b > n/10*105/100 {
+			t.Errorf("tenth %d of the span holds %d of %d leads, want %d within 5%%", i, b, n, n/10)
+		}
 	}
 }
 
