@@ -293,6 +293,37 @@ func staleness(t *testing.T, c *herd.Cache[string], key, want string, changed ti
 	}
 }
 
+// TestClusterNoProofs reads one key every 10ms, a hundred times, on a
+// replica over the 3-master Cluster whose Remote is given LivePeriod 250ms,
+// with NearTTL 50ms. A Cluster hands out no proof of liveness (see "A live
+// channel" in the redisstore package doc), so the replica trusts its copy
+// only until NearTTL, and reads Redis about once per NearTTL: twenty times
+// in a second, at least ten here.
+func TestClusterNoProofs(t *testing.T) {
+	cluster := redistest.Cluster(t)
+	r, gets, p := liveFleet(t, func() redis.UniversalClient { return cluster.Client() }, 250*time.Millisecond, func(o *herd.Options[string]) {
+		o.SoftTTL, o.HardTTL = time.Minute, time.Minute
+		o.NearTTL = 50 * time.Millisecond
+	})
+	key := herd.Key("live", "cluster")
+	mustGet(t, r.cache, key, constant("v1"), "v1")
+	before, began := gets.n.Load(), time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for range 100 {
+		<-tick.C
+		mustGet(t, r.cache, key, nil, "v1")
+	}
+	n := gets.n.Load() - before
+	t.Logf("%d Redis reads in %v of reads every 10ms; %d proofs of liveness, %d zero Notices", n, time.Since(began).Round(time.Millisecond), p.live.Load(), p.lost.Load())
+	if n < 10 {
+		t.Errorf("the replica read Redis %d times, want at least 10 (once per NearTTL)", n)
+	}
+	if m := p.live.Load(); m != 0 {
+		t.Errorf("a Remote over a Cluster handed out %d proofs of liveness, want 0", m)
+	}
+}
+
 // TestLiveFallbackOnDroppedNotices freezes what Redis sends to one
 // replica's subscription, through a relay, after a proof of liveness, and
 // changes the key on another replica: the frozen replica hears neither
