@@ -324,6 +324,78 @@ func TestClusterNoProofs(t *testing.T) {
 	}
 }
 
+// TestClusterFallbackOnDroppedNotices routes one replica's connections to
+// each node of the 3-master Cluster through a relay, freezes what the nodes
+// send its subscriptions once it has heard a notice of the key, and changes
+// the key on another replica: the frozen replica hears nothing of the
+// change, and no Get of it begun later than 2×NearTTL after the change
+// returns the old value, the bound the redisstore package doc gives for a
+// lost notice where no proof of liveness holds.
+func TestClusterFallbackOnDroppedNotices(t *testing.T) {
+	const (
+		near  = 100 * time.Millisecond
+		slack = 20 * time.Millisecond
+	)
+	cluster := redistest.Cluster(t)
+	relays := make(map[string]*subRelay)
+	for _, a := range cluster.Addrs() {
+		relays[a] = startSubRelay(t, a)
+	}
+	tune := func(o *herd.Options[string]) {
+		o.SoftTTL, o.HardTTL = time.Minute, time.Minute
+		o.NearTTL = near
+	}
+	frozen := fleet(t, 1, func() redis.UniversalClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 cluster.Addrs(),
+			ContextTimeoutEnabled: true,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if r, ok := relays[addr]; ok {
+					addr = r.addr()
+				}
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			},
+		})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}, tune)[0]
+	other := fleet(t, 1, func() redis.UniversalClient { return cluster.Client() }, tune)[0]
+	key := herd.Key("live", "cluster-dropped")
+	mustGet(t, other.cache, key, constant("v1"), "v1")
+	waitStored(t, frozen.cache, key)
+	mustGet(t, frozen.cache, key, nil, "v1")
+
+	// The frozen replica's subscription of the key's channel is up once it
+	// has taken a changed value from a notice.
+	if err := other.cache.Set(context.Background(), key, "v1b"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); frozen.cache.Stats().NoticeValuesAdopted == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica behind the relays took no value from a notice within 20s")
+		}
+	}
+	mustGet(t, frozen.cache, key, nil, "v1b")
+
+	for _, r := range relays {
+		r.frozen.Store(true)
+	}
+	adopted := frozen.cache.Stats().NoticeValuesAdopted
+	changed := time.Now()
+	if err := other.cache.Set(context.Background(), key, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	stale := staleness(t, frozen.cache, key, "v2", changed)
+	t.Logf("the frozen replica served the old value to Gets begun up to %v after the change; bound %v", stale, 2*near)
+	if stale > 2*near+slack {
+		t.Errorf("a Get begun %v after the change returned the old value, want none past %v", stale, 2*near)
+	}
+	if n := frozen.cache.Stats().NoticeValuesAdopted - adopted; n != 0 {
+		t.Errorf("the frozen replica took %d values from notices after the freeze, want 0: its notices were not dropped", n)
+	}
+}
+
 // TestLiveFallbackOnDroppedNotices freezes what Redis sends to one
 // replica's subscription, through a relay, after a proof of liveness, and
 // changes the key on another replica: the frozen replica hears neither
