@@ -290,7 +290,9 @@
 // fixed order, and a key's notices fall back to it while slot maps are
 // out of date (see Notices on a Cluster), so no heartbeat proves anything
 // there: LivePeriod is ignored on a Cluster, whose caches re-read each
-// NearTTL.
+// NearTTL, so that a lost notice is made good within 2×NearTTL (tested
+// with a relay in front of every node that stops forwarding to one
+// replica's subscriptions).
 //
 // Why not Redis' own client-side caching. RESP3 CLIENT TRACKING has Redis
 // push an invalidation for each key a client read. rueidis builds its
