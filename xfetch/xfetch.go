@@ -18,9 +18,9 @@
 // does that at half the mean cost of the paper's exponential one of the
 // same scale, and with no tail: an exponential draw at beta 1 refreshes
 // one value in 45, for a load a fifth of the TTL, as soon as it is
-// written. Every replica derives the same D from what it
-// knows of the value ([UOf] of a hash of it), so they agree on the instant
-// and the first read after it, on any replica, starts the refresh.
+// written. Every replica derives the same D from what it knows of the
+// value ([UOf] of a hash of it), so they agree on the instant and the
+// first read after it, on any replica, starts the refresh.
 package xfetch
 
 import (
