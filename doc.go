@@ -49,7 +49,11 @@
 //     serve its old copy for at most 2×[Options.NearTTL] after the change
 //     (plus, if that copy is stale, the stale window below): past NearTTL a
 //     copy is served while one background read replaces it, and past
-//     2×NearTTL it is read again on the reader's path.
+//     2×NearTTL it is read again on the reader's path. A copy's age counts
+//     from when the read that brought it was sent, not from when its
+//     answer came, so a slow answer holding a value changed meanwhile
+//     does not stretch that bound; and a read sent before the replica
+//     learnt that it lost notices brings no trusted copy.
 //   - A Store that proves its notices complete ([remote.LiveNotifier], as
 //     redisstore does with Options.LivePeriod) spares that re-read: while
 //     the last proof holds (redisstore: twice its period P after it was

@@ -192,7 +192,9 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 		}
 		s.writes[key]++
 	}
-	e.born = c.clk.now()
+	if now := c.clk.now(); e.born == 0 || e.born > now {
+		e.born = now // a value read from the Store keeps when its read was sent (sentAt)
+	}
 	c.local.Set(key, e)
 	return true
 }

@@ -149,6 +149,7 @@ func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g remote.Grant,
 	e, ok := c.decode(key, g.Value)
 	if ok && !c.usable(e) {
 		told, at := c.watch(key, nil), c.brk.at()
+		sent = c.clk.now()
 		g, err := c.cfg.Lease.Acquire(ctx, key, c.cfg.LeaseTTL, time.Unix(0, e.soft))
 		c.remoteDone(ctx, at, err)
 		if err != nil || g.Value == nil {
@@ -162,6 +163,7 @@ func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g remote.Grant,
 	if !ok {
 		return attempt[V]{outcome: leaseUndecodable}, nil
 	}
+	c.sentAt(e, sent)
 	return attempt[V]{outcome: leaseFound, e: e}, nil
 }
 

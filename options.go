@@ -130,7 +130,8 @@ type Options[V any] struct {
 	// Store is the remote tier shared by replicas. Nil means this process is
 	// the whole fleet: the local tier is the only tier.
 	Store remote.Store
-	// NearTTL is, with a Store, how long a local copy is trusted as it is.
+	// NearTTL is, with a Store, how long a local copy is trusted as it is,
+	// from when the read of the Store that brought it was sent.
 	// Past NearTTL, and until it is 2×NearTTL old, the copy is still served
 	// at once while one read of the Store replaces it in the background;
 	// older copies are read again on the reader's path. 2×NearTTL bounds how

@@ -9,6 +9,7 @@ import (
 
 	"github.com/herdcache/herd"
 	"github.com/herdcache/herd/memory"
+	"github.com/herdcache/herd/remote"
 )
 
 // heldLoads is a memory.Remote whose Load, while armed, reads the stored
@@ -57,5 +58,98 @@ func TestRevalidationDoesNotUndoRefresh(t *testing.T) {
 		close(h.gate) // the slow read of value 1 comes back
 		synctest.Wait()
 		fleetMustGet(t, c, "k", fleetNoLoad(t, "a read after the refresh"), 2)
+	})
+}
+
+// deafLoads is heldLoads that also drops, while deaf, every notice the
+// Store would hand its subscribers: notices lost on the way.
+type deafLoads struct {
+	heldLoads
+	deaf atomic.Bool
+	fn   func(remote.Notice) // the subscriber, for a test to hand notices
+}
+
+func (d *deafLoads) Subscribe(fn func(remote.Notice)) (stop func()) {
+	d.fn = fn
+	return d.Remote.Subscribe(func(n remote.Notice) {
+		if !d.deaf.Load() {
+			fn(n)
+		}
+	})
+}
+
+// slowReadFleet makes two replicas over one memory.Remote, b writing and a
+// reading value 1 of "k", whose notices a stops hearing. At t0 plus 1.5
+// NearTTL (returned, with NearTTL) a reads "k" past NearTTL: it is served,
+// and the background read of the Store it starts reads value 1 and is slow
+// to answer, until d.gate is closed.
+func slowReadFleet(t *testing.T) (a, b *herd.Cache[int], d *deafLoads, t0 time.Time, near time.Duration) {
+	near = time.Second
+	m := memory.New()
+	d = &deafLoads{heldLoads: heldLoads{Remote: m, gate: make(chan struct{})}}
+	o := func(s remote.Store, l remote.Lease) *herd.Options[int] {
+		return &herd.Options[int]{
+			NoBreaker:  true,
+			MaxEntries: 10, SoftTTL: time.Minute, HardTTL: time.Minute,
+			Store: s, Lease: l, LeaseTTL: 5 * time.Second, NearTTL: near,
+		}
+	}
+	a, b = newCache(t, o(d, d)), newCache(t, o(m, m))
+	t0 = time.Now()
+	fleetMustGet(t, b, "k", fleetValue(1), 1)
+	fleetMustGet(t, a, "k", fleetNoLoad(t, "the replica that reads it"), 1)
+	d.deaf.Store(true)
+
+	sleepUntil(t0.Add(near + near/2))
+	d.armed.Store(true)
+	fleetMustGet(t, a, "k", fleetNoLoad(t, "a read past NearTTL"), 1)
+	synctest.Wait()
+	d.armed.Store(false)
+	return a, b, d, t0, near
+}
+
+// A read of the Store whose answer comes late is dated from when it was
+// sent: the value it brings, which another replica changed meanwhile with
+// a notice this one lost, is served no longer after the change than the
+// documented 2×NearTTL. Dated from its answer instead, it was served for
+// the answer's delay longer.
+func TestSlowReadDatedFromItsSending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, d, t0, near := slowReadFleet(t)
+		// The change, whose notice a does not hear; then the answer.
+		sleepUntil(t0.Add(near + 6*near/10))
+		changed := time.Now()
+		if err := b.Set(context.Background(), "k", 2); err != nil {
+			t.Fatal(err)
+		}
+		sleepUntil(t0.Add(2*near + 4*near/10))
+		close(d.gate)
+		synctest.Wait()
+
+		sleepUntil(changed.Add(2*near + time.Millisecond))
+		fleetMustGet(t, a, "k", fleetNoLoad(t, "a read 2×NearTTL after the change"), 2)
+	})
+}
+
+// A read of the Store sent before this replica learnt that it lost
+// notices (the zero Notice) but answered after it is not trusted: the
+// value it brings may be one a lost notice changed, and is read again.
+func TestSlowReadBeforeLostNoticesNotTrusted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, d, t0, near := slowReadFleet(t)
+		// The change, unheard; then word that notices were lost; then the
+		// answer of the read sent before both.
+		sleepUntil(t0.Add(near + 6*near/10))
+		if err := b.Set(context.Background(), "k", 2); err != nil {
+			t.Fatal(err)
+		}
+		sleepUntil(t0.Add(near + 7*near/10))
+		d.fn(remote.Notice{})
+		sleepUntil(t0.Add(near + 8*near/10))
+		close(d.gate)
+		synctest.Wait()
+
+		sleepUntil(t0.Add(near + 9*near/10))
+		fleetMustGet(t, a, "k", fleetNoLoad(t, "a read after the notices were found lost"), 2)
 	})
 }

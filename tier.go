@@ -16,12 +16,29 @@ import (
 func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	r := remoteRead[V]{done: true}
 	r.gen, r.puts = c.gens.get(key)
-	at := c.brk.at()
+	at, sent := c.brk.at(), c.clk.now()
 	env, err := c.cfg.Store.Load(ctx, key)
 	c.remoteDone(ctx, at, err)
 	c.fetchTags(ctx, env)
 	c.readOf(&r, key, env, err)
+	c.sentAt(r.e, sent)
 	return r
+}
+
+// sentAt dates e, decoded from the answer of a remote call sent at sent,
+// from when the call was sent rather than when its answer came: its
+// NearTTL counts from then, and it was put in the local tier no later.
+// A late answer may hold a value the Store replaced meanwhile, with a
+// notice this replica lost; dated so, it is trusted and served no longer
+// after that change than an answer that came at once. e may be nil.
+func (c *Cache[V]) sentAt(e *entry[V], sent int64) {
+	if e == nil {
+		return
+	}
+	e.born = sent
+	if c.cfg.NearTTL > 0 {
+		e.near = min(e.near, addTime(sent, c.cfg.NearTTL))
+	}
 }
 
 // readOf fills r with what one read of key from the Store returned.
@@ -55,7 +72,7 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 		reads[i].gen, reads[i].puts = c.gens.get(f.key)
 	}
 	var got []remote.Loaded
-	at := c.brk.at()
+	at, sent := c.brk.at(), c.clk.now()
 	if bs, ok := c.cfg.Store.(remote.BatchStore); ok {
 		got = bs.LoadMany(ctx, keys)
 	} else {
@@ -72,6 +89,7 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 	c.fetchTags(ctx, envs...)
 	for i, l := range got[:len(keys)] {
 		c.readOf(&reads[i], keys[i], l.Value, l.Err)
+		c.sentAt(reads[i].e, sent)
 	}
 	return reads
 }
