@@ -445,6 +445,9 @@ type heldBy struct {
 	// found by a lease attempt of its own; spared: the lease attempt it
 	// kept this replica from has been counted (LeaseAttemptsSkipped).
 	heard, spared bool
+	// own: this replica holds the lease. Its completion brings nothing
+	// newer than what its load put in the local tier.
+	own bool
 }
 
 // completed reports whether the completion of h, key's holder, was
@@ -500,9 +503,11 @@ func (g *generations) held(key string, now int64) (until int64, ok bool) {
 }
 
 // heldOrCompleted is held, with what this replica knows of the holder, and
-// also reports whether the holder this replica was told of has announced
-// its completion since (the lease is not held, and the Store may hold its
-// value).
+// also reports whether another replica this replica was told holds the
+// lease has announced its completion since (the lease is not held, and the
+// Store may hold its value). This replica's own completion is not
+// reported: its load's value is in the local tier already, and the
+// completion may come before the change notice that forgets the hold.
 func (g *generations) heldOrCompleted(key string, now int64) (h heldBy, ok, completed bool) {
 	s := g.stripe(key)
 	s.mu.Lock()
@@ -510,7 +515,7 @@ func (g *generations) heldOrCompleted(key string, now int64) (h heldBy, ok, comp
 	if ok && g.over(key, h, now) {
 		delete(s.heldUntil, key)
 		s.mu.Unlock()
-		completed = g.completed(key, h)
+		completed = !h.own && g.completed(key, h)
 		h.done.stop()
 		return heldBy{}, false, completed
 	}

@@ -115,7 +115,7 @@ func (c *Cache[V]) grantAttempt(ctx context.Context, key string, g remote.Grant,
 		c.st.leaseAcquired.add(1)
 		c.leaseEvent(observe.LeaseAcquired, 0)
 		h := c.newLease(key, g, sent)
-		c.gens.markHeld(key, heldBy{until: h.lapse.Load(), done: told}, sent) // until its release is announced
+		c.gens.markHeld(key, heldBy{until: h.lapse.Load(), done: told, own: true}, sent) // until its release is announced
 		return attempt[V]{outcome: leaseGranted, held: h}, nil
 	}
 	c.st.leaseContended.add(1)

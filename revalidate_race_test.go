@@ -153,3 +153,58 @@ func TestSlowReadBeforeLostNoticesNotTrusted(t *testing.T) {
 		fleetMustGet(t, a, "k", fleetNoLoad(t, "a read after the notices were found lost"), 2)
 	})
 }
+
+// heldReleases is deafLoads whose WriteRelease, having written and
+// released (so that the lease's completion is announced), returns only
+// once released is closed: the holder has not yet heard how its write went.
+type heldReleases struct {
+	deafLoads
+	released chan struct{}
+}
+
+func (h *heldReleases) WriteRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error) {
+	ok, err := h.Remote.WriteRelease(ctx, key, env, fence, ttl, token)
+	<-h.released
+	return ok, err
+}
+
+// A replica's own completed lease is not taken for another replica's:
+// while its write-back has released the lease but not returned, and its
+// change notice is not heard, a read that finds its value due for an
+// early refresh starts the refresh, and no read of the Store replaces the
+// value as if another holder had written a newer one.
+func TestOwnCompletionIsNoOtherHolders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &heldReleases{deafLoads: deafLoads{heldLoads: heldLoads{Remote: memory.New(), gate: make(chan struct{})}}, released: make(chan struct{})}
+		h.deaf.Store(true)
+		c := newCache(t, &herd.Options[int]{
+			NoBreaker:  true,
+			MaxEntries: 10, SoftTTL: 10 * time.Second, HardTTL: 20 * time.Second,
+			Store: h, Lease: h, LeaseTTL: 5 * time.Second, NearTTL: 5 * time.Second,
+			Beta: 10,
+		})
+		// A draw this small at Beta 10 leads by 11.2 load times: the value
+		// is due for an early refresh as soon as it is written.
+		herd.SetDraws(c, func() float64 { return 1e-12 }, nil)
+		fleetMustGet(t, c, "k", func(context.Context) (int, error) {
+			time.Sleep(time.Second)
+			return 1, nil
+		}, 1)
+		synctest.Wait() // the write-back released the lease, and waits
+
+		gate := make(chan struct{})
+		var loads atomic.Int32
+		fleetMustGet(t, c, "k", func(context.Context) (int, error) {
+			loads.Add(1)
+			<-gate
+			return 2, nil
+		}, 1)
+		synctest.Wait()
+		st := c.Stats()
+		close(gate)
+		close(h.released)
+		if loads.Load() != 1 || st.EarlyRefreshes != 1 || st.Revalidations != 0 {
+			t.Errorf("%d refresh loads, EarlyRefreshes %d, Revalidations %d; want 1, 1, 0", loads.Load(), st.EarlyRefreshes, st.Revalidations)
+		}
+	})
+}
