@@ -131,7 +131,8 @@ type Options[V any] struct {
 	// the whole fleet: the local tier is the only tier.
 	Store remote.Store
 	// NearTTL is, with a Store, how long a local copy is trusted as it is,
-	// from when the read of the Store that brought it was sent.
+	// from when it was loaded here or the read of the Store that brought
+	// it was sent.
 	// Past NearTTL, and until it is 2×NearTTL old, the copy is still served
 	// at once while one read of the Store replaces it in the background;
 	// older copies are read again on the reader's path. 2×NearTTL bounds how
