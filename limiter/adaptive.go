@@ -19,13 +19,21 @@ const relearn = 4
 // a cut for the cut to be taken to have helped.
 const cutHelped = 0.25
 
+// firstReleases is how many releases the no-load latency is first the mean
+// of: at a coefficient of variation of 0.2, within 5% of the store's, where
+// the lowest of the first windows' means (four calls each at a floor of 4)
+// is often 10% below it, and a limiter whose no-load latency is too low
+// counts calls as waiting that are not, and holds less than its share.
+const firstReleases = 16
+
 // queued returns how many calls of a limit may wait inside the store while
-// the limit still grows: max(1, √limit/2). Each of n limiters sharing a
+// the limit still grows: max(½, √limit/4). Each of n limiters sharing a
 // store keeps about this many of its calls waiting in it, so the store
-// holds n times as many calls waiting: few enough, at the limits of a few
-// replicas, that a store slower with every call past its capacity loses
-// little of its throughput.
-func queued(limit float64) float64 { return max(1, math.Sqrt(limit)/2) }
+// holds n times as many calls waiting: past its capacity, a store slower
+// with every call (a database contending for its locks) serves fewer calls
+// a second the more it holds, each call waiting costing it about
+// 1/capacity of its throughput.
+func queued(limit float64) float64 { return max(0.5, math.Sqrt(limit)/4) }
 
 // estimator measures the store's latency over windows of released slots and
 // adapts the limit from it, the way TCP Vegas does. It is guarded by the
@@ -45,36 +53,46 @@ func queued(limit float64) float64 { return max(1, math.Sqrt(limit)/2) }
 // that changed the limit, the releases of the next latency are not
 // counted: they are of slots taken under the old limit.
 //
-// The no-load latency d is the lowest filtered latency seen, the filtered
-// latency being the median of the last three windows' means, so that one
-// unusually fast or slow window (a late timer, a stalled scheduler) moves
-// neither d nor the decision it feeds. When the filtered latency stays
-// above 2d for relearn windows in a row, the limit's own cuts have not
-// brought it down: the store has become slower by itself, and d becomes
-// the filtered latency, so that a uniformly slower store gets its
-// concurrency back; at the first window whose latency is back within
-// twice the d of before, or below the relearned d by cutHelped (the store
-// became faster by itself, though the calls let in under the relearned d
-// keep it slower than twice the old one), that d returns. A quicker test
-// catches a step: when a window
-// whose latency was above 2d cut the limit and the next window's latency
-// fell by less than cutHelped, the cut did not help; the store is slower by
-// itself, d becomes that latency and the limit before the cut returns.
+// The no-load latency d is the mean of the first firstReleases releases'
+// latencies (the windows that hold them, taken at the floor and in the
+// slow start, while the store is unloaded), and then the lowest filtered
+// latency seen, the filtered latency being the median of the last three
+// windows' means, so that one unusually fast or slow window (a late timer,
+// a stalled scheduler) moves neither d nor the decision it feeds. When the
+// filtered latency stays above 2d for relearn windows in a row, the
+// limit's own cuts have not brought it down: the store has become slower
+// by itself, and d becomes the filtered latency, so that a uniformly
+// slower store gets its concurrency back; at the first window whose
+// latency is back within twice the d of before, or below the relearned d
+// by cutHelped (the store became faster by itself, though the calls let in
+// under the relearned d keep it slower than twice the old one), that d
+// returns, and with it the limit of before the store slowed, if higher:
+// that window's latency is mostly of calls the slow store served, and a
+// target drawn from it would cut a limit the store can use again. A
+// quicker test catches a step: when a window whose latency was above 2d
+// cut the limit and the next window's latency fell by less than cutHelped,
+// the cut did not help; the store is slower by itself, d becomes that
+// latency and the limit before the cut returns.
 //
 // At a window's close, with rtt its mean latency and peak the most slots
-// held at once in it, the calls of this limiter waiting inside the store
-// are about min(limit, peak)*(1-d/rtt), and the target is the limit that
-// leaves queued(limit) of them waiting: min(limit, peak)*d/rtt +
-// queued(limit). A target above the limit raises it, only when at least
-// half the limit was held at some instant of the window (a window short of
-// calls says nothing of capacity): to the target, by at most √limit, or,
-// until the first cut, by √limit (a slow start from the floor); a target
-// below lowers it to the target, by half at most. Several limiters sharing
-// a store each keep about queued(limit) calls waiting in it, so the
-// larger limits fall first and they meet near equal shares. Because d
-// enters only through d/rtt, a d that noise left up to
-// queued(limit)/limit too low still leaves the limit growing on an idle
-// store.
+// held at once in it, the calls of this limiter in the store are n = the
+// limit when every slot was held (its fraction counts, or a limit cut to
+// a target below it would lose the fraction window after window), peak
+// otherwise; about n*(1-d/rtt) of them wait, and the target is the limit
+// that leaves queued(limit) of them waiting: n*d/rtt + queued(limit).
+// Until the first cut, a target above the limit raises it by √limit (a
+// slow start from the floor), and one below cuts it to the target. After
+// it, while rtt is within twice d, the limit moves halfway to the target:
+// past its capacity a store whose latency grows as the square of its calls
+// shows each limiter twice the excess of calls it holds, and the limiters
+// sharing it, moving all the way, would overshoot by as much as they
+// correct and swing around its capacity instead of settling; halfway they
+// settle. A latency above twice d cuts the limit to the target, by half at
+// most. The limit rises only when at least half of it was held at some
+// instant of the window: a window short of calls says nothing of
+// capacity. Several limiters sharing a store each keep about
+// queued(limit) calls waiting in it, so the larger limits fall first and
+// they meet near equal shares.
 //
 // The limit stays within [min, max]. With min == 0 the limit is fixed and
 // the estimator only measures, for ShedLatency.
@@ -110,6 +128,13 @@ type estimator struct {
 	// from cutFrom with a latency above twice the no-load one; zero
 	// otherwise.
 	cutRTT, cutFrom float64
+	// limitBefore is the limit before the store was found slower by itself;
+	// it returns with the no-load latency of before.
+	limitBefore float64
+	// firstSum and first are the latency summed over the first windows'
+	// releases, and their number, until first reaches firstReleases.
+	firstSum float64
+	first    int
 }
 
 func newEstimator(floor, ceiling int) *estimator {
@@ -165,7 +190,7 @@ func (l *Limiter) measureReleaseLocked() {
 		return
 	}
 	old := int(e.limit)
-	e.update(rtt)
+	e.update(rtt, e.releases)
 	e.sum, e.releases, e.peak, e.from = 0, 0, l.inUse, now
 	l.latency.Store(int64(rtt))
 	l.noLoad.Store(int64(e.noLoad))
@@ -188,11 +213,27 @@ func (l *Limiter) measureReleaseLocked() {
 	}
 }
 
-// update closes a window whose mean latency was rtt nanoseconds.
-func (e *estimator) update(rtt float64) {
-	e.remember(rtt)
+// update closes a window of n releases whose mean latency was rtt
+// nanoseconds.
+func (e *estimator) update(rtt float64, n int) {
+	wasSlow := e.before != 0
+	e.remember(rtt, n)
 	if e.min == 0 {
 		return
+	}
+	switch {
+	case wasSlow && e.before == 0:
+		// The store is as fast as before it slowed: the limit of then
+		// returns, and this window, whose calls the slow store served,
+		// decides nothing more.
+		e.cutRTT = 0
+		e.limit = min(max(e.limit, e.limitBefore), float64(e.max))
+		return
+	case !wasSlow && e.before != 0:
+		// remember relearned the no-load latency, the store slow for
+		// relearn windows whatever the cuts: the limit of before is the
+		// higher of now and before the last cut.
+		e.limitBefore = max(e.limit, e.cutFrom)
 	}
 	if cut := e.cutRTT; cut > 0 {
 		e.cutRTT = 0
@@ -201,23 +242,27 @@ func (e *estimator) update(rtt float64) {
 			// slower by itself. Its latency now is its no-load latency,
 			// and the limit before the cut returns.
 			if e.before == 0 {
-				e.before = e.noLoad
+				e.before, e.limitBefore = e.noLoad, e.cutFrom
 			}
 			e.noLoad, e.slow = rtt, 0
 			e.limit = e.cutFrom
 			return
 		}
 	}
-	n := min(e.limit, float64(e.peak))
-	target := n*e.noLoad/rtt + queued(e.limit)
+	held := min(e.limit, float64(e.peak))
+	if e.peak >= int(e.limit) {
+		held = e.limit
+	}
+	target := held*e.noLoad/rtt + queued(e.limit)
+	busy := 2*e.peak >= int(e.limit)
 	switch {
-	case target >= e.limit:
-		if 2*e.peak >= int(e.limit) {
-			step := math.Sqrt(e.limit)
-			if !e.probing {
-				step = min(step, target-e.limit)
-			}
-			e.limit += step
+	case e.probing && target >= e.limit:
+		if busy {
+			e.limit += math.Sqrt(e.limit)
+		}
+	case !e.probing && rtt <= 2*e.noLoad:
+		if target < e.limit || busy {
+			e.limit += (target - e.limit) / 2
 		}
 	default:
 		if rtt > 2*e.noLoad {
@@ -229,10 +274,17 @@ func (e *estimator) update(rtt float64) {
 	e.limit = min(max(e.limit, float64(e.min)), float64(e.max))
 }
 
-// remember adds a window's latency, and sets noLoad from it.
-func (e *estimator) remember(rtt float64) {
+// remember adds the latency of a window of n releases, and sets noLoad
+// from it.
+func (e *estimator) remember(rtt float64, n int) {
 	e.recent[e.windows%len(e.recent)] = rtt
 	e.windows++
+	if e.first < firstReleases {
+		e.firstSum += rtt * float64(n)
+		e.first += n
+		e.noLoad = e.firstSum / float64(e.first)
+		return
+	}
 	f := median(e.recent[:min(e.windows, len(e.recent))])
 	switch {
 	case e.before != 0 && (min(f, rtt) <= 2*e.before || rtt < (1-cutHelped)*e.noLoad):

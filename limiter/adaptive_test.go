@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,10 +18,14 @@ import (
 // with inflight the calls in the store when a call starts, itself included:
 // it serves up to capacity calls at its base latency and slows in proportion
 // beyond, the way a database queues on its cores or disks. mult is 1 when it
-// is healthy; the tests raise it to 5 for a while.
+// is healthy; the tests raise it to 5 for a while. With square set the
+// factor is squared, max(1, inflight/capacity)², the way a database
+// contending for its locks slows: past its capacity it serves fewer calls
+// a second the more it holds.
 type fakeStore struct {
 	base     time.Duration
 	capacity int
+	square   bool
 
 	mult     atomic.Int64
 	inflight atomic.Int64
@@ -35,6 +40,9 @@ func (s *fakeStore) call() {
 	d := s.base * time.Duration(s.mult.Load())
 	if int(n) > s.capacity {
 		d = d * time.Duration(n) / time.Duration(s.capacity)
+		if s.square {
+			d = d * time.Duration(n) / time.Duration(s.capacity)
+		}
 	}
 	time.Sleep(d) // the store's latency, on the bubble's fake clock
 	s.inflight.Add(-1)
@@ -122,9 +130,9 @@ func checkSteady(t *testing.T, what string, xs []sample, maxMean float64) {
 
 // The adaptive limit starts at its floor and climbs to the store's capacity
 // (16) within 80 store calls, then holds near it, never below 0.5x or
-// above 3x the capacity and 1x to 1.75x on average, though 100 callers want
-// more and the ceiling is 64. (It settles where about √limit calls wait
-// inside the store: near 20.)
+// above 3x the capacity and 1x to 1.25x on average, though 100 callers want
+// more and the ceiling is 64. (It settles where about √limit/4 calls wait
+// inside the store: near 17.)
 func TestAdaptiveConverges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, xs := run(t, time.Hour, time.Hour, time.Second)
@@ -138,18 +146,56 @@ func TestAdaptiveConverges(t *testing.T) {
 		if reached < 0 || reached > 80 {
 			t.Errorf("the limit reached the capacity after %d store calls, want at most 80", reached)
 		}
-		checkSteady(t, "after 200ms", between(xs, 200*time.Millisecond, time.Second), 28)
+		checkSteady(t, "after 200ms", between(xs, 200*time.Millisecond, time.Second), 20)
+	})
+}
+
+// Four limiters sharing a store that slows as the square of its calls past
+// its capacity (32) hold it near its capacity: from the first second on,
+// in the two seconds after it, the store completes at least 94% of the
+// calls it completes at its capacity (6,400), and the calls in it average
+// within [30, 34.5]. Moving all the way to their targets, each seeing
+// twice the excess of calls past the capacity, the limiters would swing
+// around it: 91% and 35.0.
+func TestAdaptiveFleetSquareStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &fakeStore{base: 10 * time.Millisecond, capacity: 32, square: true}
+		s.mult.Store(1)
+		ctx, cancel := context.WithCancel(t.Context())
+		var waits []func()
+		for range 4 {
+			waits = append(waits, drive(ctx, mustNew(t, Options{Limit: 32, MinLimit: 4}), s, 25))
+		}
+		time.Sleep(time.Second)
+		from := s.calls.Load()
+		var sum, n int64
+		for range 2000 {
+			time.Sleep(time.Millisecond)
+			sum += s.inflight.Load()
+			n++
+		}
+		done := s.calls.Load() - from
+		cancel()
+		for _, w := range waits {
+			w()
+		}
+		if done < 6400*94/100 {
+			t.Errorf("the store completed %d calls in 2s, want at least %d (94%% of its 6400 at capacity)", done, 6400*94/100)
+		}
+		if mean := float64(sum) / float64(n); mean < 30 || mean > 34.5 {
+			t.Errorf("%.1f calls in the store on average, want within [30, 34.5] (capacity 32)", mean)
+		}
 	})
 }
 
 // When the store's base latency steps up 5x the limit backs off to half
-// of what it was or less within 300ms; finding that the cut did not bring
-// the latency down, it takes the slower latency for the no-load one and
-// holds near the capacity again from 500ms after the step (a store slower
-// by itself serves as many calls at once); when the latency steps back
-// down, the limit is back near the capacity within 300ms and holds there
-// as it did before the step. Near: every sample within [8, 48], the mean
-// within [16, 28].
+// of what it was (rounded up) or less within 300ms; finding that the cut
+// did not bring the latency down, it takes the slower latency for the
+// no-load one and holds near the capacity again from 500ms after the step
+// (a store slower by itself serves as many calls at once); when the
+// latency steps back down, the limit is back near the capacity within
+// 300ms and holds there as it did before the step. Near: every sample
+// within [8, 48], the mean within [16, 20].
 func TestAdaptiveBacksOffAndRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const slow, fast, end = time.Second, 2 * time.Second, 3 * time.Second
@@ -157,16 +203,16 @@ func TestAdaptiveBacksOffAndRecovers(t *testing.T) {
 		before := between(xs, slow-time.Millisecond, slow)[0].limit
 		backedOff := false
 		for _, x := range between(xs, slow, slow+300*time.Millisecond) {
-			if x.limit <= before/2 {
+			if 2*x.limit <= before+1 {
 				backedOff = true
 				break
 			}
 		}
 		if !backedOff {
-			t.Errorf("the limit did not fall from %d to %d or below within 300ms of the 5x step: %v", before, before/2, between(xs, slow, slow+300*time.Millisecond))
+			t.Errorf("the limit did not fall from %d to %d or below within 300ms of the 5x step: %v", before, (before+1)/2, between(xs, slow, slow+300*time.Millisecond))
 		}
-		checkSteady(t, "from 500ms after the 5x step", between(xs, slow+500*time.Millisecond, fast), 28)
-		checkSteady(t, "after recovery", between(xs, fast+300*time.Millisecond, end), 28)
+		checkSteady(t, "from 500ms after the 5x step", between(xs, slow+500*time.Millisecond, fast), 20)
+		checkSteady(t, "after recovery", between(xs, fast+300*time.Millisecond, end), 20)
 	})
 }
 
@@ -174,26 +220,55 @@ func TestAdaptiveBacksOffAndRecovers(t *testing.T) {
 // off, then takes the slower latency as the store's no-load latency and
 // climbs again rather than starving a store that is slow but not
 // overloaded: in the 4th second after the step it holds near the capacity,
-// as before it (every sample within [8, 48], the mean within [16, 28]).
+// as before it (every sample within [8, 48], the mean within [16, 20]).
 func TestAdaptiveRelearnsSlowerStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, xs := run(t, time.Second, time.Hour, 5*time.Second)
-		checkSteady(t, "in the 4th second of a store 5x slower", between(xs, 4*time.Second, 5*time.Second), 28)
+		checkSteady(t, "in the 4th second of a store 5x slower", between(xs, 4*time.Second, 5*time.Second), 20)
 	})
+}
+
+// settled returns an estimator past its first releases, at a no-load
+// latency of d.
+func settled(d float64) *estimator {
+	e := newEstimator(2, 64)
+	e.remember(d, firstReleases)
+	return e
+}
+
+// The no-load latency is first the mean of the first firstReleases
+// releases, whatever their windows, not the lowest of those windows' means.
+func TestNoLoadFirstReleasesMean(t *testing.T) {
+	e := newEstimator(4, 64)
+	for _, w := range []struct {
+		rtt float64
+		n   int
+	}{{90, 4}, {110, 6}, {100, 8}} {
+		e.remember(w.rtt, w.n)
+	}
+	if want := (90.0*4 + 110*6 + 100*8) / 18; e.noLoad != want {
+		t.Fatalf("noLoad = %v after windows of 90 (4 releases), 110 (6), 100 (8); want their mean, %v", e.noLoad, want)
+	}
+	for range 3 {
+		e.remember(95, 8)
+	}
+	if e.noLoad != 95 {
+		t.Errorf("noLoad = %v after three more windows of 95; want 95, the lowest median of three", e.noLoad)
+	}
 }
 
 // One window made fast by the machine (its calls take a fifth of the time)
 // does not set the no-load latency: it is the median of three windows.
 func TestNoLoadIgnoresOneFastWindow(t *testing.T) {
-	e := newEstimator(2, 64)
+	e := settled(100)
 	for _, rtt := range []float64{100, 100, 20, 100, 100} {
-		e.remember(rtt)
+		e.remember(rtt, 5)
 	}
 	if e.noLoad != 100 {
 		t.Errorf("noLoad = %v after windows of 100, 100, 20, 100, 100; want 100", e.noLoad)
 	}
-	e.remember(20)
-	e.remember(20)
+	e.remember(20, 5)
+	e.remember(20, 5)
 	if e.noLoad != 20 {
 		t.Errorf("noLoad = %v after two more windows of 20; want 20", e.noLoad)
 	}
@@ -204,17 +279,17 @@ func TestNoLoadIgnoresOneFastWindow(t *testing.T) {
 // store's latency for the median's two windows more, it would let the limit
 // run away on a store as fast as before.
 func TestNoLoadBackAtFirstFastWindow(t *testing.T) {
-	e := newEstimator(2, 64)
+	e := settled(100)
 	for range 3 {
-		e.remember(100)
+		e.remember(100, 5)
 	}
 	for range 8 {
-		e.remember(500)
+		e.remember(500, 5)
 	}
 	if e.noLoad != 500 || e.before != 100 {
 		t.Fatalf("noLoad = %v, before = %v after a step to 500; want the store relearned: 500 and 100", e.noLoad, e.before)
 	}
-	e.remember(120)
+	e.remember(120, 5)
 	if e.noLoad != 100 || e.before != 0 {
 		t.Errorf("noLoad = %v, before = %v after one window of 120; want 100 and 0", e.noLoad, e.before)
 	}
@@ -227,26 +302,71 @@ func TestNoLoadBackAtFirstFastWindow(t *testing.T) {
 // it. A store still slow is taken back to its slow latency, and the limit
 // before the cut returns, when that cut does not help.
 func TestNoLoadBackWhenStoreFaster(t *testing.T) {
-	e := newEstimator(2, 64)
+	e := settled(100)
 	for range 3 {
-		e.remember(100)
+		e.remember(100, 5)
 	}
 	for range 8 {
-		e.remember(500)
+		e.remember(500, 5)
 	}
-	e.remember(300)
+	e.remember(300, 5)
 	if e.noLoad != 100 || e.before != 0 {
 		t.Fatalf("noLoad = %v, before = %v after a window of 300 (below 500 by more than %v, above 2×100); want 100 and 0", e.noLoad, e.before, cutHelped)
 	}
 
 	e.limit, e.peak, e.probing = 16, 16, false
-	e.update(480)
+	e.update(480, 16)
 	if e.limit != 8 || e.cutRTT != 480 {
 		t.Fatalf("limit = %v, cutRTT = %v after a window of 480 over a no-load 100; want a cut to 8 from 16 at 480", e.limit, e.cutRTT)
 	}
-	e.update(470)
+	e.update(470, 16)
 	if e.noLoad != 470 || e.before != 100 || e.limit != 16 {
 		t.Errorf("noLoad = %v, before = %v, limit = %v after the cut did not help; want 470, 100 and 16 back", e.noLoad, e.before, e.limit)
+	}
+}
+
+// When the store is as fast as before it slowed, the limit of before
+// returns at once, though the window that tells it, its calls served by the
+// slow store, has a latency that alone would cut the limit.
+func TestLimitBackWhenStoreFast(t *testing.T) {
+	e := settled(100)
+	e.limit, e.peak, e.probing = 16, 16, false
+	e.update(480, 16)
+	e.update(470, 16) // the cut did not help: the store is slower by itself
+	if e.before != 100 || e.limitBefore != 16 {
+		t.Fatalf("before = %v, limitBefore = %v after a cut that did not help; want 100 and 16", e.before, e.limitBefore)
+	}
+	e.limit = 6 // cut while the store was slow
+	e.update(190, 6)
+	if e.noLoad != 100 || e.before != 0 || e.limit != 16 {
+		t.Errorf("noLoad = %v, before = %v, limit = %v after a window of 190 (within twice 100); want 100, 0 and the limit of before, 16", e.noLoad, e.before, e.limit)
+	}
+}
+
+// Past the first cut, a latency within twice the no-load one moves the limit
+// halfway to its target.
+func TestLimitMovesHalfway(t *testing.T) {
+	e := settled(100)
+	e.limit, e.peak, e.probing = 16, 16, false
+	e.update(125, 16)
+	// target = 16 × 100/125 + queued(16) = 12.8 + 1
+	if want := 16 + (13.8-16)/2; math.Abs(e.limit-want) > 1e-9 {
+		t.Errorf("limit = %v after a window of 125 over a no-load 100; want %v, halfway to 13.8", e.limit, want)
+	}
+}
+
+// A limit whose every slot is held counts its fraction among the calls in
+// the store: at the latency that leaves queued(limit) of them waiting it
+// holds, where counting the slots alone would lower it window after window.
+func TestLimitFractionCounts(t *testing.T) {
+	e := settled(100)
+	e.limit, e.peak, e.probing = 8.6, 8, false
+	rtt := 100 * 8.6 / (8.6 - queued(8.6))
+	for range 20 {
+		e.update(rtt, 8)
+	}
+	if math.Abs(e.limit-8.6) > 1e-6 {
+		t.Errorf("limit = %v after 20 windows at %.2f, the latency of queued(8.6) calls waiting in 8.6; want 8.6", e.limit, rtt)
 	}
 }
 

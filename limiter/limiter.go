@@ -233,24 +233,29 @@ func (s Stats) Shed() uint64 {
 // With Options.MinLimit set the number of slots adapts to the store, the
 // way TCP Vegas and Netflix's concurrency-limits do: the time each slot is
 // held is the store's latency, measured over windows of about one latency
-// (at least max(5, limit) released slots). Its no-load latency is the
-// lowest seen of the median of the last three windows, so that one window
-// made unusually fast or slow by the machine moves nothing. Each window
-// estimates how many of the limiter's calls wait inside the store (the
-// slots held times 1 - no-load/latency) and moves the limit towards the
-// number that leaves max(1, √limit/2) of them waiting: up by at most its
-// square root per window while at least half the slots were in use, down
-// by at most half. Limiters sharing one store so converge on near equal
-// shares of it. The limit starts at MinLimit, so that the first windows see
-// the store unloaded, and until its first cut grows by its square root
-// every latency (a slow start). When a cut made on a latency above twice
-// the no-load latency does not bring the latency of the next calls down by
-// a quarter, or a latency stays above twice the no-load one for four
-// windows whatever the cuts, the store is taken to have become slower by
-// itself: that latency becomes its no-load latency (and a limit cut so
-// returns to what it was), so that a store that became uniformly slower
-// keeps its concurrency; the old one returns at the first window within
-// twice it, or a quarter below the latency learned as the store slowed.
+// (at least max(5, limit) released slots). Its no-load latency is the mean
+// latency of the first 16 released slots, and then the lowest seen of the
+// median of the last three windows, so that one window made unusually
+// fast or slow by the machine moves nothing. Each window estimates how
+// many of the limiter's calls wait inside the store (the slots held times
+// 1 - no-load/latency) and moves the limit halfway towards the number that
+// leaves max(½, √limit/4) of them waiting, rising only while at least half
+// the slots were in use; a latency above twice the no-load one cuts it to
+// that number, by half at most. Limiters sharing one store so converge on
+// near equal shares of it, and settle at its capacity rather than swing
+// around it when its latency grows as the square of its calls past it (a
+// database contending for its locks, which then serves fewer calls a
+// second the more it is given). The limit starts at MinLimit, so that the
+// first windows see the store unloaded, and until its first cut grows by
+// its square root every latency (a slow start). When a cut made on a
+// latency above twice the no-load latency does not bring the latency of
+// the next calls down by a quarter, or a latency stays above twice the
+// no-load one for four windows whatever the cuts, the store is taken to
+// have become slower by itself: that latency becomes its no-load latency
+// (and a limit cut so returns to what it was), so that a store that became
+// uniformly slower keeps its concurrency; the old one returns, with the
+// limit of before if higher, at the first window within twice it, or a
+// quarter below the latency learned as the store slowed.
 // MinLimit should be below the store's capacity. Priorities, Reserve, QueueTimeout, MaxQueue,
 // the shedding reasons and RetryAfter work as with a fixed limit, against
 // the limit of the moment.
