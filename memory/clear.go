@@ -34,6 +34,6 @@ func (r *Remote) InvalidateAll(ctx context.Context) error {
 	for s := range r.subs {
 		s.Push(notify.Notice{Dropped: true})
 	}
-	r.waits.WakeAll()
+	r.wakeAll()
 	return nil
 }

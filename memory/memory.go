@@ -51,7 +51,11 @@ type Remote struct {
 	// sweepAt is how many keys make the next new key sweep out the expired
 	// ones: twice as many as the last sweep left, and at least minSweep.
 	sweepAt int
-	// waits holds the Wait calls blocked until a key's next announcement.
+	// waits holds the Wait calls blocked until a key's next announcement,
+	// and the watches of the next one. wmu guards it: taken inside mu by
+	// the calls that announce, and alone by those that register, so that
+	// registering and taking back a watch never waits for a Store call.
+	wmu   sync.Mutex
 	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
 	subs map[*notify.Subscription]struct{}
@@ -149,6 +153,13 @@ func (r *Remote) SetDown(err error) {
 	if err == nil {
 		return
 	}
+	r.wakeAll()
+}
+
+// wakeAll wakes every Wait and calls every watch. r.mu is held.
+func (r *Remote) wakeAll() {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
 	r.waits.WakeAll()
 }
 
@@ -353,7 +364,9 @@ func (r *Remote) release(ctx context.Context, key, token string) error {
 		r.tidy(key, e)
 	}
 	r.stats.Announces++
+	r.wmu.Lock()
 	r.waits.Wake(key)
+	r.wmu.Unlock()
 	return nil
 }
 
@@ -365,7 +378,9 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 		r.mu.Unlock()
 		return err
 	}
+	r.wmu.Lock()
 	w := r.waits.Add(key)
+	r.wmu.Unlock()
 	r.mu.Unlock()
 
 	select {
@@ -378,8 +393,8 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 		}
 		return nil
 	case <-ctx.Done():
-		r.mu.Lock()
-		defer r.mu.Unlock()
+		r.wmu.Lock()
+		defer r.wmu.Unlock()
 		r.waits.Leave(w)
 		return fmt.Errorf("memory: wait %q: %w", key, ctx.Err())
 	}
@@ -389,9 +404,9 @@ func (r *Remote) Wait(ctx context.Context, key string) error {
 // it was called, as Wait waits for it, without blocking ([remote.Watcher]);
 // notify is also called when the remote goes down.
 func (r *Remote) Watch(key string, notify func()) (stop func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.waits.Watch(&r.mu, key, notify)
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	return r.waits.Watch(&r.wmu, key, notify)
 }
 
 // Completions returns a count that each later completion of key moves,
@@ -401,9 +416,9 @@ func (r *Remote) Completions(key string) uint64 { return r.waits.Count(key) }
 
 // WatchMany is Watch for each of keys at once ([remote.BatchWatcher]).
 func (r *Remote) WatchMany(keys []string, notify func(i int)) (stop func(i int)) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.waits.WatchMany(&r.mu, keys, notify)
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	return r.waits.WatchMany(&r.wmu, keys, notify)
 }
 
 // check returns the error that refuses a call: an ended ctx or a down

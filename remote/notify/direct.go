@@ -19,10 +19,11 @@ type Direct struct {
 	subs atomic.Pointer[[]*directSub]
 }
 
-// directSub is one subscriber of a Direct; mu is held while fn runs, so
-// that once stop has returned fn is not running and is never called again.
+// directSub is one subscriber of a Direct; mu is read-held while fn runs,
+// so that announcers call fn at the same time, and once stop has returned
+// fn is not running and is never called again.
 type directSub struct {
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	fn      func(Notice)
 	stopped bool
 }
@@ -55,15 +56,16 @@ func (d *Direct) Add(fn func(Notice)) (stop func()) {
 }
 
 // Call calls every subscriber's fn with n, one after another, on the
-// caller's goroutine, and returns when they have returned. The caller must
-// hold no lock that an fn may take.
+// caller's goroutine, and returns when they have returned. Calls from
+// several goroutines run at the same time, each subscriber's fn among
+// them. The caller must hold no lock that an fn may take.
 func (d *Direct) Call(n Notice) {
 	for _, s := range d.current() {
-		s.mu.Lock()
+		s.mu.RLock()
 		if !s.stopped {
 			s.fn(n)
 		}
-		s.mu.Unlock()
+		s.mu.RUnlock()
 	}
 }
 
