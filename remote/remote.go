@@ -303,7 +303,9 @@ type HoldNotifier interface {
 	// is called before the holder can announce that lease's completion
 	// (the announcer calls it, and waits), so that a [Watcher]
 	// registration fn makes hears that completion; fn must return
-	// quickly, and may call the Lease's Watch. Hold announcements go to
+	// quickly, may call the Lease's Watch, and may be called from several
+	// goroutines at once (memory.Remote calls it on the goroutine of each
+	// Acquire that took a lease). Hold announcements go to
 	// SubscribeHolds subscribers alone, never to those of Subscribe or
 	// SubscribeLive, and may come before or after the changes that those
 	// are given. They may be lost: a replica that missed one makes the
