@@ -57,17 +57,15 @@ func (c *Cache[V]) heardHold(n remote.Notice) {
 	if until <= now {
 		return
 	}
-	if _, ok := c.gens.held(n.Key, now); ok {
-		return
-	}
 	h := heldBy{until: until, heard: true}
 	if cc := c.gens.completions; cc != nil {
 		h.counted, h.seq = true, cc.Completions(n.Key)
 	} else {
 		h.done = c.watch(n.Key, nil)
 	}
-	c.gens.markHeld(n.Key, h, now)
-	c.st.leaseHoldsHeard.add(1)
+	if c.gens.markHeldFirst(n.Key, h, now) {
+		c.st.leaseHoldsHeard.add(1)
+	}
 }
 
 // hasCompany records that another replica leases this cache's keys, heard

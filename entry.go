@@ -466,6 +466,18 @@ func (g *generations) over(key string, h heldBy, now int64) bool {
 // key's lease, and owns h.done: this replica does not try that lease again
 // before h.until, unless the holder's completion or notice comes first.
 func (g *generations) markHeld(key string, h heldBy, now int64) {
+	g.mark(key, h, now, false)
+}
+
+// markHeldFirst is markHeld unless this replica knows of a holder of
+// key's lease already, whose record it keeps; it reports whether it
+// recorded h, and stops h.done when it did not.
+func (g *generations) markHeldFirst(key string, h heldBy, now int64) bool {
+	return g.mark(key, h, now, true)
+}
+
+// mark is markHeld, or markHeldFirst when first is set.
+func (g *generations) mark(key string, h heldBy, now int64, first bool) bool {
 	s := g.stripe(key)
 	s.mu.Lock()
 	var stale []*completion
@@ -480,14 +492,22 @@ func (g *generations) markHeld(key string, h heldBy, now int64) {
 			}
 		}
 	}
-	if old, ok := s.heldUntil[key]; ok {
+	marked := true
+	switch old, ok := s.heldUntil[key]; {
+	case ok && first && !g.over(key, old, now):
+		marked = false
+		stale = append(stale, h.done)
+	case ok:
 		stale = append(stale, old.done)
+		fallthrough
+	default:
+		s.heldUntil[key] = h
 	}
-	s.heldUntil[key] = h
 	s.mu.Unlock()
 	for _, w := range stale {
 		w.stop()
 	}
+	return marked
 }
 
 // sweepAt is the size of a stripe's heldUntil at which adding a key first
@@ -538,6 +558,27 @@ func (g *generations) spare(key string) bool {
 	h.spared = true
 	s.heldUntil[key] = h
 	return true
+}
+
+// heldSparing is held, and spare when key's lease is held: until when
+// another replica holds the lease, whether it does, and whether the hold
+// spared an attempt that had not been counted.
+func (g *generations) heldSparing(key string, now int64) (until int64, ok, spared bool) {
+	s := g.stripe(key)
+	s.mu.Lock()
+	h, ok := s.heldUntil[key]
+	if ok && g.over(key, h, now) {
+		delete(s.heldUntil, key)
+		s.mu.Unlock()
+		h.done.stop()
+		return 0, false, false
+	}
+	if ok && h.heard && !h.spared {
+		h.spared, spared = true, true
+		s.heldUntil[key] = h
+	}
+	s.mu.Unlock()
+	return h.until, ok, spared
 }
 
 // forgetHeld drops what markHeld recorded of key: its holder's notice came.

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/herdcache/herd/flight"
@@ -63,6 +63,8 @@ type fillState[V any] struct {
 	// pre is the Store read a Get made just before starting the fill's
 	// flight; zero when there was none.
 	pre remoteRead[V]
+	// mark is the key's count when the batch counts its keys.
+	mark atomic.Uint32
 }
 
 func (c *Cache[V]) newFill(key string, m mode, co callOpts) *fillState[V] {
@@ -116,20 +118,20 @@ type batchFill[V any] struct {
 	leases  *leaseSet
 	// wakes hears of the completions that the batch's losers wait for.
 	wakes *wakes
-	// counts holds, when the batch counts its keys (nil otherwise), the
-	// keys the Store served fresh, with how: each counts so (a hit or a
-	// negative), and every other key as a miss; and the keys counted.
-	// countMu guards it.
-	counts  map[string]countMark
-	countMu sync.Mutex
+	// counting is set when the batch counts its keys before their callers
+	// see them: each key the Store served fresh counts so (a hit or a
+	// negative), every other key as a miss (fillState.mark).
+	counting bool
 }
 
-// countMark is what a counting batch knows of one key.
-type countMark struct {
-	hit     observe.GetResult // how the Store served it fresh, when served
-	served  bool
-	counted bool
-}
+// Bits of fillState.mark, the count of a counting batch's key: counted
+// once it was counted, servedFresh when the Store served it fresh, with
+// how (an observe.GetResult) in the bits from resultShift up.
+const (
+	markCounted uint32 = 1 << iota
+	markServedFresh
+	resultShift = iota
+)
 
 // pendingLoad is a key of a batch that this replica loads: under held, or
 // without a lease (held nil). early is set when its callers were served a
@@ -204,15 +206,15 @@ func batchOf[V any](key string, load LoadFunc[V]) BatchLoadFunc[V] {
 // replica is loading (lose). With count, each key is counted as a hit or
 // a miss before its callers see it.
 func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchLoadFunc[V], refresh bool, settle func(string, *entry[V], error), count bool) {
-	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes()}
+	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes(), counting: count}
 	defer c.closeSet(ctx, b.leases)
 	if count {
-		defer b.count(fs)()
+		defer b.countRest(fs)
 	}
 	rest := make([]*fillState[V], 0, len(fs))
 	for _, f := range fs {
 		if e := f.recheckLocal(); e != nil {
-			b.settle(f.key, e, nil)
+			b.done(f, e, nil)
 			continue
 		}
 		rest = append(rest, f)
@@ -227,37 +229,54 @@ func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchL
 	}
 }
 
-// count makes b count each key of fs before its callers see it: as a hit
-// when the Store served it fresh, as a miss otherwise, or as a miss when
-// the batch failed before settling it, which the returned function, run
-// at the batch's end, counts.
-func (b *batchFill[V]) count(fs []*fillState[V]) (end func()) {
-	c, settle := b.c, b.settle
-	b.counts = make(map[string]countMark, len(fs))
-	countOnce := func(key string) {
-		b.countMu.Lock()
-		defer b.countMu.Unlock()
-		m := b.counts[key]
-		if m.counted {
+// done settles f's key with e or err, counting it first when the batch
+// counts its keys.
+func (b *batchFill[V]) done(f *fillState[V], e *entry[V], err error) {
+	if b.counting {
+		f.countOnce()
+	}
+	b.settle(f.key, e, err)
+}
+
+// countRest counts each key of fs not counted yet, at the batch's end: a
+// batch that failed before settling a key counts it as a miss.
+func (b *batchFill[V]) countRest(fs []*fillState[V]) {
+	for _, f := range fs {
+		f.countOnce()
+	}
+}
+
+// countOnce counts f's key once: as the Store served it fresh, or as a
+// miss.
+func (f *fillState[V]) countOnce() {
+	m := f.mark.Load()
+	for {
+		if m&markCounted != 0 {
 			return
 		}
-		b.counts[key] = countMark{counted: true}
-		if r := m.hit; m.served {
-			c.got(key, r)
-			if r == observe.ResultHit {
-				c.st.remoteHits.add(1)
-			}
-		} else {
-			c.got(key, observe.ResultMiss)
+		if f.mark.CompareAndSwap(m, m|markCounted) {
+			break
 		}
+		m = f.mark.Load()
 	}
-	b.settle = func(key string, e *entry[V], err error) {
-		countOnce(key)
-		settle(key, e, err)
+	c := f.c
+	if m&markServedFresh == 0 {
+		c.got(f.key, observe.ResultMiss)
+		return
 	}
-	return func() {
-		for _, f := range fs {
-			countOnce(f.key)
+	r := observe.GetResult(m >> resultShift)
+	c.got(f.key, r)
+	if r == observe.ResultHit {
+		c.st.remoteHits.add(1)
+	}
+}
+
+// servedFresh records, unless f's key was counted already, that the Store
+// served it fresh, as r.
+func (f *fillState[V]) servedFresh(r observe.GetResult) {
+	for m := f.mark.Load(); m&markCounted == 0; m = f.mark.Load() {
+		if f.mark.CompareAndSwap(m, markServedFresh|uint32(r)<<resultShift) {
+			return
 		}
 	}
 }
@@ -312,16 +331,27 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 	}
 	ask, told, held := b.heldElsewhere(fs)
 	// No lease attempt for a key before its holder's completion, notice or
-	// time: read what the Store holds, to serve it or to serve it stale.
-	rest := b.fromReads(ctx, told)
+	// time: read what the Store holds, to serve it or to serve it stale,
+	// unless only the holder's value can settle the key (readsTold).
+	var read []*fillState[V]
+	for _, f := range told {
+		if f.readsTold() {
+			read = append(read, f)
+		} else {
+			f.remoteUp = true // the breaker let this fill use the remote tier
+		}
+	}
+	rest := b.fromReads(ctx, read)
 	for i, f := range told {
 		switch {
+		case !f.readsTold():
+			losers = append(losers, loser[V]{f: f, a: held[i]})
 		case len(rest) == 0 || rest[0] != f:
 			held[i].giveUp() // the Store served it
 		case f.mode == background:
 			rest = rest[1:]
 			held[i].giveUp()
-			b.settle(f.key, f.old, nil)
+			b.done(f, f.old, nil)
 		default:
 			rest = rest[1:]
 			losers = append(losers, loser[V]{f: f, a: held[i]})
@@ -332,6 +362,15 @@ func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []
 		loads, losers = joined(loads, l), joined(losers, ls)
 	}
 	return loads, losers
+}
+
+// readsTold reports whether a fill whose key another load is known to hold
+// reads the Store before it waits. A miss whose callers wait for the
+// holder's value (the Wait policy, or NoStale), with no stale copy here,
+// does not: the Store can hold no value it would serve, and the holder's
+// completion, watched since before the hold was checked, ends its wait.
+func (f *fillState[V]) readsTold() bool {
+	return f.mode == background || f.candidate != nil || f.co.policy != Wait
 }
 
 // joined is append(a, b...), which is b itself when a is empty.
@@ -439,7 +478,7 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 		f := fs[i]
 		a, err := c.answerAttempt(ctx, f.key, got, sent, watches[i])
 		if err != nil {
-			b.settle(f.key, nil, err)
+			b.done(f, nil, err)
 			continue
 		}
 		loads, losers = b.answered(f, a, got, loads, losers)
@@ -484,11 +523,11 @@ func (b *batchFill[V]) answered(f *fillState[V], a attempt[V], got remote.Acquir
 		}
 		a.giveUp()
 		c.backOff(f.old, 0) // and grantAttempt remembered the holder
-		b.settle(f.key, f.old, nil)
+		b.done(f, f.old, nil)
 		return loads, losers
 	case leaseFailed:
 		if cand := f.servableCandidate(); cand != nil {
-			b.settle(f.key, cand, nil)
+			b.done(f, cand, nil)
 			return loads, losers
 		}
 	}
@@ -528,14 +567,10 @@ func (f *fillState[V]) settleAttempt(a attempt[V]) (*heldLease, *entry[V]) {
 
 // fromStore settles f with e, a value the Store holds.
 func (b *batchFill[V]) fromStore(f *fillState[V], e *entry[V]) {
-	if b.counts != nil && f.mode == foreground && !e.stale(b.c.clk.now()) {
-		b.countMu.Lock()
-		if !b.counts[f.key].counted {
-			b.counts[f.key] = countMark{hit: e.freshResult(), served: true}
-		}
-		b.countMu.Unlock()
+	if b.counting && f.mode == foreground && !e.stale(b.c.clk.now()) {
+		f.servedFresh(e.freshResult())
 	}
-	b.settle(f.key, e, nil)
+	b.done(f, e, nil)
 }
 
 // plan adds f to the keys to load under held. A miss whose callers may be
@@ -543,13 +578,13 @@ func (b *batchFill[V]) fromStore(f *fillState[V], e *entry[V]) {
 // settled with it now; its load goes on as a refresh of it.
 func (b *batchFill[V]) plan(loads []pendingLoad[V], f *fillState[V], held *heldLease) []pendingLoad[V] {
 	if b.load == nil {
-		b.settle(f.key, nil, ErrNoLoader)
+		b.done(f, nil, ErrNoLoader)
 		return loads
 	}
 	p := pendingLoad[V]{f: f, held: held}
 	if cand := f.candidate; held != nil && cand != nil && f.staleOK() && f.now < cand.hard && cand.refreshing.CompareAndSwap(false, true) {
 		b.c.setLocal(f.key, cand, f.gen)
-		b.settle(f.key, cand, nil)
+		b.done(f, cand, nil)
 		f.mode, f.old, p.early = background, cand, true
 		b.c.st.staleRefreshes.add(1)
 	}
@@ -671,7 +706,7 @@ func (b *batchFill[V]) loadChunk(ctx context.Context, chunk []pendingLoad[V], gu
 			}
 			continue // settled already, with the stale value
 		}
-		b.settle(p.f.key, e, serr)
+		b.done(p.f, e, serr)
 	}
 }
 
@@ -683,7 +718,7 @@ func (b *batchFill[V]) failed(ctx context.Context, p pendingLoad[V], err error) 
 		b.c.backOff(p.f.old, 0)
 		return
 	}
-	b.settle(p.f.key, nil, err)
+	b.done(p.f, nil, err)
 }
 
 // stored settles a fill with what its load returned: v, or err, measured

@@ -73,13 +73,15 @@ func (b *batchFill[V]) heldElsewhere(fs []*fillState[V]) (ask, told []*fillState
 	watches := c.watchAll(keys, b.wakes.wake)
 	still := told[:0]
 	for i, f := range told {
-		until, ok := c.gens.held(f.key, f.now)
+		until, ok, spared := c.gens.heldSparing(f.key, f.now)
 		if !ok {
 			watches[i].stop()
 			ask = append(ask, f)
 			continue
 		}
-		c.skipped(f.key)
+		if spared {
+			c.st.leaseAttemptsSkipped.add(1)
+		}
 		still = append(still, f)
 		held = append(held, attempt[V]{outcome: leaseHeld, until: until, watch: watches[i]})
 	}

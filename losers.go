@@ -31,7 +31,7 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V], loaded bool)
 			b.lost(nil, f, attempt[V]{outcome: leaseFound, e: cand}, nil)
 		case co.policy == FailFast:
 			l.a.giveUp()
-			b.settle(f.key, nil, ErrLeaseHeld)
+			b.done(f, nil, ErrLeaseHeld)
 		default:
 			wait = append(wait, l)
 		}
@@ -70,12 +70,12 @@ func (b *batchFill[V]) lost(loads []pendingLoad[V], f *fillState[V], a attempt[V
 			f.remoteUp = false // load, and write nothing remotely
 			return b.plan(loads, f, nil)
 		}
-		b.settle(f.key, nil, err)
+		b.done(f, nil, err)
 		return loads
 	}
 	held, e := f.settleAttempt(a)
 	if e != nil {
-		b.settle(f.key, e, nil)
+		b.done(f, e, nil)
 		return loads
 	}
 	return b.plan(loads, f, b.leases.add(held))

@@ -487,7 +487,7 @@ func (ws *waits[V]) abandonOne(wt *waiter[V], err error) {
 	c.st.leaseWaitsAbandoned.add(1)
 	c.leaseEvent(observe.LeaseWaitAbandoned, time.Since(wt.start))
 	ws.finish(wt)
-	ws.b.settle(wt.f.key, nil, err)
+	ws.b.done(wt.f, nil, err)
 }
 
 // abandon ends every live wait: with err, the caller's context ending;
