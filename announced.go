@@ -42,16 +42,20 @@ func (c *Cache[V]) subscribeHolds() {
 // heardHold records that another replica holds n.Key's lease until about
 // n.Held, capped at LeaseTTL from now. It ignores a hold while a load of
 // the key runs in this process (its own lease, or a load whose value comes
-// first) and one this replica already knows of from a lease attempt, which
-// watches the holder's completion since before it was made. The Lease
-// calls it before the holder can announce its completion, so that the
-// key's completion count it keeps (a [remote.CompletionCounter]), or the
-// watch it registers, hears that completion; it returns at once.
+// first), one this replica knows of already (its own lease until its
+// release, or another's that a lease attempt found, watched since before
+// the attempt), and one whose holder completed before this replica heard
+// of it: a Lease that counts completions ([remote.CompletionCounter]) may
+// announce late, with the count at the grant in n.Seq, as memory.Remote
+// does. A Lease that sets no Seq calls it before the holder can announce
+// its completion, so that the count, or the watch it registers, hears
+// that completion. A hold heard, completed or not, tells the replica it
+// has company, unless the value here is that holder's or newer: its own
+// lease, heard late. It returns at once.
 func (c *Cache[V]) heardHold(n remote.Notice) {
 	if n.Held.IsZero() || c.flights.Waiters(n.Key) > 0 {
 		return // a zero Notice: holds may have been lost, which costs attempts only
 	}
-	c.hasCompany()
 	now := c.clk.now()
 	until := min(n.Held.UnixNano(), addTime(now, c.cfg.LeaseTTL))
 	if until <= now {
@@ -60,10 +64,19 @@ func (c *Cache[V]) heardHold(n remote.Notice) {
 	h := heldBy{until: until, heard: true}
 	if cc := c.gens.completions; cc != nil {
 		h.counted, h.seq = true, cc.Completions(n.Key)
+		if n.Seq != 0 && h.seq != n.Seq-1 {
+			// The holder completed before this replica heard of it: another
+			// replica, unless the value here is that holder's or newer.
+			if e, ok := c.local.GetIfPresent(n.Key); n.Fence == 0 || !ok || e.fence.Load() < n.Fence {
+				c.hasCompany()
+			}
+			return
+		}
 	} else {
 		h.done = c.watch(n.Key, nil)
 	}
 	if c.gens.markHeldFirst(n.Key, h, now) {
+		c.hasCompany()
 		c.st.leaseHoldsHeard.add(1)
 	}
 }

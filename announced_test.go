@@ -219,8 +219,8 @@ func TestHeardHoldSharedCount(t *testing.T) {
 		lease := &sharedCounts{hearingAcquires: &hearingAcquires{Remote: r}}
 		b := fleetReplica(t, r, func(o *herd.Options[int]) { o.Lease = lease })
 		fleetStaleSetup(t, a, b, "k")
-		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
 		lease.n.Store(0)
+		release, resA := fleetHold(t, a, "k", 2, herd.NoStale())
 		lease.hearingAcquires.n.Store(0)
 		before := b.Stats()
 
@@ -273,6 +273,7 @@ func TestHeardHoldCrashedHolder(t *testing.T) {
 				if err != nil || g.Token == "" {
 					t.Fatalf("Acquire = %+v, %v; want a lease", g, err)
 				}
+				synctest.Wait() // B hears the hold
 				acq.n.Store(0)
 				end := time.Now().Add(tt.quiet)
 				for time.Now().Before(end) {

@@ -42,16 +42,12 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, ttl time.Duration) []remote.Acquired {
 	out := make([]remote.Acquired, len(reqs))
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.stats.Batches++
 	for i, req := range reqs {
 		out[i] = r.acquire(ctx, req.Key, ttl, req.After)
 	}
-	r.mu.Unlock()
-	// Announced without the lock (a subscriber may call the Remote), and
-	// before the holders can complete: AcquireMany has not returned.
-	for i, req := range reqs {
-		r.announce(req.Key, out[i].Grant, ttl)
-	}
+	r.announce(reqs, out, ttl)
 	return out
 }
 

@@ -59,9 +59,9 @@ type Remote struct {
 	waits notify.Waiters
 	// subs holds the subscriptions that have not been stopped.
 	subs map[*notify.Subscription]struct{}
-	// holds calls the SubscribeHolds subscribers, on the goroutine of
-	// the Acquire that took a lease, after r.mu is unlocked.
-	holds notify.Direct
+	// holds holds the SubscribeHolds subscriptions that have not been
+	// stopped.
+	holds map[*notify.Subscription]struct{}
 	// noticeValues is the longest envelope a change notice carries
 	// (SetNoticeValues); none when below 1.
 	noticeValues int
@@ -140,6 +140,7 @@ func New() *Remote {
 		keys:    make(map[string]*entry),
 		sweepAt: minSweep,
 		subs:    make(map[*notify.Subscription]struct{}),
+		holds:   make(map[*notify.Subscription]struct{}),
 	}
 }
 
@@ -317,9 +318,9 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 // fresh value.
 func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	a := r.acquire(ctx, key, ttl, after)
-	r.mu.Unlock()
-	r.announce(key, a.Grant, ttl)
+	r.announce([]remote.LeaseRequest{{Key: key}}, []remote.Acquired{a}, ttl)
 	return a.Grant, a.Err
 }
 
@@ -626,24 +627,48 @@ func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
 	}
 }
 
-// SubscribeHolds calls fn with a Notice whose Key and Held are set for
-// each lease Acquire or AcquireMany takes, Held being when that lease ends
-// unless extended or released ([remote.HoldNotifier]), until stop is
-// called. fn is called by that Acquire, on its goroutine, before it
-// returns, so a Watch that fn registers hears the holder's completion; fn
-// must return quickly, and may call Watch. A Remote does not know which of
-// the caches that share it asked: every subscriber hears every lease, the
-// asker's own included. Holds reach no Subscribe subscriber. stop waits
-// for a call of fn in progress and may be called more than once; it must
-// not be called from fn.
+// SubscribeHolds calls fn with a Notice whose Key, Fence, Held and Seq are
+// set for each lease Acquire or AcquireMany takes, Fence being the lease's,
+// Held when it ends unless extended or released, and Seq the key's
+// completion count (Completions) when it was taken, plus one
+// ([remote.HoldNotifier]), until
+// stop is called. fn is called on a goroutine of the subscription's own,
+// in order, and the holder never waits for it: a subscription queues up
+// to 1024 batches of holds, and when a slow fn lets the queue fill, the
+// queued holds are replaced by a single zero Notice (holds may have been
+// lost). A Remote does not know which of the caches that share it asked:
+// every subscriber hears every lease, the asker's own included. Holds
+// reach no Subscribe subscriber. stop drops the holds still queued, waits
+// until fn has returned and the goroutine has exited, and may be called
+// more than once; it must not be called from fn.
 func (r *Remote) SubscribeHolds(fn func(remote.Notice)) (stop func()) {
-	return r.holds.Add(func(n notify.Notice) { fn(remote.Notice(n)) })
+	s := notify.Start(func(n notify.Notice) { fn(remote.Notice(n)) }, subscribeQueue)
+	r.mu.Lock()
+	r.holds[s] = struct{}{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.holds, s)
+		r.mu.Unlock()
+		s.Stop()
+	}
 }
 
-// announce calls the hold subscribers for g, a grant of key's lease for
-// ttl, if it took the lease. r.mu is not held.
-func (r *Remote) announce(key string, g remote.Grant, ttl time.Duration) {
-	if g.Token != "" {
-		r.holds.Call(notify.Notice{Key: key, Held: time.Now().Add(ttl)})
+// announce queues, for every hold subscription, one batch of the holds of
+// the leases that the answers got to reqs took for ttl. r.mu is held.
+func (r *Remote) announce(reqs []remote.LeaseRequest, got []remote.Acquired, ttl time.Duration) {
+	if len(r.holds) == 0 {
+		return
+	}
+	var ns []notify.Notice
+	held := time.Now().Add(ttl)
+	for i, a := range got {
+		if a.Token != "" {
+			key := reqs[i].Key
+			ns = append(ns, notify.Notice{Key: key, Fence: a.Fence, Held: held, Seq: r.waits.Count(key) + 1})
+		}
+	}
+	for s := range r.holds {
+		s.PushAll(ns)
 	}
 }

@@ -269,7 +269,8 @@ type Notice struct {
 	// the lease of Key and holds it until about Held (on the receiving
 	// replica's clock, from when the announcement was heard), unless its
 	// completion or a change of Key comes first. It announces no change:
-	// Fence, Dropped, Tag and Live are unset.
+	// Dropped, Tag and Live are unset, and Fence, when set, is the
+	// lease's fence.
 	Held time.Time
 	// Value, when not empty, is the envelope that a change which stored
 	// Key's value (Dropped unset) stored, its fence field equal to Fence,
@@ -283,6 +284,12 @@ type Notice struct {
 	// redisstore.NoticeValueMax bytes (1 KiB), memory.Remote when
 	// configured to (SetNoticeValues).
 	Value string
+	// Seq, when not zero, is set on a hold announcement by a Lease that is
+	// a [CompletionCounter]: Key's completion count (Completions) when the
+	// lease was granted, plus one. A replica that hears the announcement
+	// after the holder completed, its count moved on, knows the hold is
+	// over, however late the announcement came.
+	Seq uint64
 }
 
 // HoldNotifier is implemented by a [Lease] that announces each lease it
@@ -299,13 +306,14 @@ type HoldNotifier interface {
 	// tier that cannot tell the replicas apart, as memory.Remote, may
 	// announce a replica's own leases to it too: a Cache ignores the hold
 	// of a key it is loading, and any other is ended by its own lease's
-	// release). fn
-	// is called before the holder can announce that lease's completion
-	// (the announcer calls it, and waits), so that a [Watcher]
-	// registration fn makes hears that completion; fn must return
-	// quickly, may call the Lease's Watch, and may be called from several
-	// goroutines at once (memory.Remote calls it on the goroutine of each
-	// Acquire that took a lease). Hold announcements go to
+	// release). Unless the Notice carries Seq, fn is called before the
+	// holder can announce that lease's completion (redisstore calls it
+	// on the goroutine that reads the channel the completion comes on
+	// too), so that a [Watcher] registration fn makes hears that
+	// completion; with Seq, fn may be called later, as memory.Remote does
+	// on a goroutine of the subscription's own. fn must return quickly,
+	// may call the Lease's Watch, and may be called from several
+	// goroutines at once. Hold announcements go to
 	// SubscribeHolds subscribers alone, never to those of Subscribe or
 	// SubscribeLive, and may come before or after the changes that those
 	// are given. They may be lost: a replica that missed one makes the

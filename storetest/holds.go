@@ -78,13 +78,27 @@ func testHoldNotifier(t *testing.T, newFleet func(t *testing.T) (remote.Store, r
 
 	const ttl = 4 * time.Second
 	k := key(t, "held")
+	cc, counted := l.(remote.CompletionCounter)
+	var seq uint64
+	if counted {
+		seq = cc.Completions(k)
+	}
 	sent := time.Now()
 	g := lease(t, l, k, ttl)
 	eventually(t, "the hold of "+k, func() bool { ns, _ := got(k); return len(ns) > 0 })
 	ns, at := got(k)
 	x := ns[0]
-	if x.Fence != 0 || x.Dropped || x.Tag != "" || !x.Live.IsZero() {
-		t.Errorf("hold notice %+v carries more than Key and Held", x)
+	if x.Dropped || x.Tag != "" || !x.Live.IsZero() || x.Value != "" {
+		t.Errorf("hold notice %+v carries more than Key, Held, Fence and Seq", x)
+	}
+	if x.Fence != 0 && x.Fence != g.Fence {
+		t.Errorf("hold notice %+v: Fence %d, want the lease's %d (or none)", x, x.Fence, g.Fence)
+	}
+	switch {
+	case x.Seq != 0 && !counted:
+		t.Errorf("hold notice %+v carries Seq from a Lease that is no remote.CompletionCounter", x)
+	case x.Seq != 0 && x.Seq != seq+1:
+		t.Errorf("hold notice %+v: Seq %d, want the completion count when the lease was taken plus one, %d", x, x.Seq, seq+1)
 	}
 	// Expiries are kept at millisecond resolution.
 	if lo, hi := sent.Add(ttl-time.Millisecond), at.Add(ttl+time.Millisecond); x.Held.Before(lo) || x.Held.After(hi) {

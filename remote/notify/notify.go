@@ -25,6 +25,7 @@ type Notice struct {
 	Live    time.Time
 	Held    time.Time
 	Value   string
+	Seq     uint64
 }
 
 // Subscription is one subscriber's queue and the goroutine that empties it
