@@ -199,7 +199,9 @@ func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoa
 			markLed(ran, missed, led)
 			mu.Unlock()
 		}
-		c.fillMany(fctx, c.newFills(led, co, nil), load, false, settle, count)
+		fs, free := c.newFills(led, co, nil)
+		defer free()
+		c.fillMany(fctx, fs, load, false, settle, count)
 	})
 	if count {
 		mu.Lock()

@@ -37,8 +37,11 @@ type Cache[V any] struct {
 	// reads coalesces the Store reads of a key: a burst of callers of one
 	// key makes one read per replica, not one each.
 	reads flight.Group[string, remoteRead[V]]
-	gens  generations
-	clk   clock
+	// fillBlocks and waitBlocks recycle the fills of batches and their
+	// losers' waits (*fillBlock, *waitBlock).
+	fillBlocks, waitBlocks sync.Pool
+	gens                   generations
+	clk                    clock
 	// hitClk is the clock of the hit path; it reads clk.
 	hitClk coarseClock
 	st     counters

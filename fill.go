@@ -282,10 +282,15 @@ func (f *fillState[V]) servedFresh(r observe.GetResult) {
 }
 
 // newFills returns the fills of keys: misses with co, or, for each key
-// olds holds, the refresh of its old value.
-func (c *Cache[V]) newFills(keys []string, co callOpts, olds map[string]*entry[V]) []*fillState[V] {
-	fs := make([]*fillState[V], len(keys))
-	states := make([]fillState[V], len(keys))
+// olds holds, the refresh of its old value; free gives them back once the
+// batch's fill has ended (nothing keeps a fill past its batch), to be
+// reused by a later batch.
+func (c *Cache[V]) newFills(keys []string, co callOpts, olds map[string]*entry[V]) (fs []*fillState[V], free func()) {
+	blk, _ := c.fillBlocks.Get().(*fillBlock[V])
+	if blk == nil || cap(blk.states) < len(keys) {
+		blk = &fillBlock[V]{fs: make([]*fillState[V], len(keys)), states: make([]fillState[V], len(keys))}
+	}
+	fs, states := blk.fs[:len(keys)], blk.states[:len(keys)]
 	for i, key := range keys {
 		fs[i] = &states[i]
 		c.initFill(fs[i], key, foreground, co)
@@ -293,7 +298,17 @@ func (c *Cache[V]) newFills(keys []string, co callOpts, olds map[string]*entry[V
 			fs[i].mode, fs[i].old = background, old
 		}
 	}
-	return fs
+	return fs, func() {
+		clear(states)
+		clear(fs)
+		c.fillBlocks.Put(blk)
+	}
+}
+
+// fillBlock holds the fills of a batch, and is reused by later batches.
+type fillBlock[V any] struct {
+	fs     []*fillState[V]
+	states []fillState[V]
 }
 
 // recheckLocal returns what a flight that finished just before this one put

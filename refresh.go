@@ -177,7 +177,9 @@ func (c *Cache[V]) runRefreshMany(ctx context.Context, keys []string, olds map[s
 	}
 	defer release()
 	res := c.flyMany(ctx, keys, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
-		c.fillMany(fctx, c.newFills(led, callOpts{}, olds), load, true, settle, false)
+		fs, free := c.newFills(led, callOpts{}, olds)
+		defer free()
+		c.fillMany(fctx, fs, load, true, settle, false)
 	})
 	for j, key := range keys {
 		if err := res[j].Err; err != nil {

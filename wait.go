@@ -252,9 +252,19 @@ func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	c := b.c
 	n := len(ls)
 	// live, the waits due at once, and those of them to re-read and to ask
-	// are at most n each: one array holds the four.
-	lists := make([]*waiter[V], 4*n)
-	ws := &waits[V]{b: b, all: make([]waiter[V], n), live: lists[:0:n], peek1: lists[n : n : 2*n], ask1: lists[2*n : 2*n : 3*n]}
+	// are at most n each: one array holds the four. Both arrays are reused
+	// by later batches once the wait has ended.
+	blk, _ := c.waitBlocks.Get().(*waitBlock[V])
+	if blk == nil || cap(blk.all) < n {
+		blk = &waitBlock[V]{all: make([]waiter[V], n), lists: make([]*waiter[V], 4*n)}
+	}
+	all, lists := blk.all[:n], blk.lists[:4*n]
+	defer func() {
+		clear(all)
+		clear(lists)
+		c.waitBlocks.Put(blk)
+	}()
+	ws := &waits[V]{b: b, all: all, live: lists[:0:n], peek1: lists[n : n : 2*n], ask1: lists[2*n : 2*n : 3*n]}
 	_, watcher := c.cfg.Lease.(remote.Watcher)
 	now := time.Now()
 	for i, l := range ls {
@@ -294,6 +304,13 @@ func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 		}
 		ws.act(ctx, due)
 	}
+}
+
+// waitBlock holds the waits of a batch's losers, and is reused by later
+// batches.
+type waitBlock[V any] struct {
+	all   []waiter[V]
+	lists []*waiter[V]
 }
 
 // schedule is when a wait last acted on at now acts next: after d, or
