@@ -145,9 +145,9 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at positions
 	for attempt := 0; len(missed) > 0; attempt++ {
 		res := c.flyMissed(ctx, missed, load, co, attempt == 0)
 		var again []string // not in missed's array: a fill may still read it
+		now := c.clk.now() // after every remote wait of the flights
 		for j, key := range missed {
 			e, err := res[j].Val, res[j].Err
-			now := c.clk.now()
 			switch {
 			case err == nil && e.gone(now):
 				if attempt+1 < maxMissAttempts && ctx.Err() == nil {

@@ -74,7 +74,12 @@ func (c *Cache[V]) newFill(key string, m mode, co callOpts) *fillState[V] {
 }
 
 func (c *Cache[V]) initFill(f *fillState[V], key string, m mode, co callOpts) {
-	*f = fillState[V]{c: c, key: key, mode: m, co: co, now: c.clk.now()}
+	c.initFillAt(f, key, m, co, c.clk.now())
+}
+
+// initFillAt is initFill for a fill that began at now.
+func (c *Cache[V]) initFillAt(f *fillState[V], key string, m mode, co callOpts, now int64) {
+	*f = fillState[V]{c: c, key: key, mode: m, co: co, now: now}
 	f.gen, f.puts = c.gens.get(key)
 }
 
@@ -291,9 +296,10 @@ func (c *Cache[V]) newFills(keys []string, co callOpts, olds map[string]*entry[V
 		blk = &fillBlock[V]{fs: make([]*fillState[V], len(keys)), states: make([]fillState[V], len(keys))}
 	}
 	fs, states := blk.fs[:len(keys)], blk.states[:len(keys)]
+	now := c.clk.now() // the batch's fills begin together
 	for i, key := range keys {
 		fs[i] = &states[i]
-		c.initFill(fs[i], key, foreground, co)
+		c.initFillAt(fs[i], key, foreground, co, now)
 		if old := olds[key]; old != nil {
 			fs[i].mode, fs[i].old = background, old
 		}
