@@ -3,6 +3,7 @@ package herd_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -500,5 +501,138 @@ func TestContendedAttemptStaggers(t *testing.T) {
 			t.Fatalf("after the stagger: %d lease attempts, LeaseAcquired +%d; want 2, +1", n, st.LeaseAcquired-before.LeaseAcquired)
 		}
 		fleetMustGet(t, b, "k", nil, 2)
+	})
+}
+
+// lateHolds hands memory.Remote's hold announcements on only when the test
+// says so: a replica that hears them late, after their holders completed.
+type lateHolds struct {
+	*memory.Remote
+	mu      sync.Mutex
+	fn      func(remote.Notice)
+	pending []remote.Notice
+}
+
+func (l *lateHolds) SubscribeHolds(fn func(remote.Notice)) (stop func()) {
+	l.mu.Lock()
+	l.fn = fn
+	l.mu.Unlock()
+	return l.Remote.SubscribeHolds(func(n remote.Notice) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.pending = append(l.pending, n)
+	})
+}
+
+// deliver hands on the holds announced so far, and reports how many.
+func (l *lateHolds) deliver() int {
+	l.mu.Lock()
+	ns, fn := l.pending, l.fn
+	l.pending = nil
+	l.mu.Unlock()
+	for _, n := range ns {
+		fn(n)
+	}
+	return len(ns)
+}
+
+// A hold that a replica hears only after its holder completed (memory.Remote
+// announces on a goroutine of its own, so this may happen) is over: the
+// completion count its Seq carries has moved. B records no hold, and its
+// next miss takes the holder's value at once, where a B that believed the
+// lease held would wait for a completion that came before it listened,
+// until its first re-read of the Store 50 ms in.
+func TestHoldHeardAfterCompletion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		late := &lateHolds{Remote: r}
+		b := fleetReplica(t, r, func(o *herd.Options[int]) {
+			o.Lease = late
+			o.OnLeaseHeld = herd.Wait
+		})
+		release, resA := fleetHold(t, a, "k", 7)
+		release()
+		if res := <-resA; res.err != nil || res.v != 7 {
+			t.Fatalf("A got %d, %v; want 7, nil", res.v, res.err)
+		}
+		synctest.Wait() // A's value is written and its lease released
+		if n := late.deliver(); n != 1 {
+			t.Fatalf("%d holds announced; want 1, A's", n)
+		}
+		start := time.Now()
+		for i, it := range b.GetMany(t.Context(), []string{"k"}, func(context.Context, []string) (map[string]int, error) {
+			t.Error("B called its load")
+			return nil, errors.New("unexpected load")
+		}) {
+			if it.Err != nil || it.Value != 7 {
+				t.Fatalf("B's GetMany[%d] = %d, %v; want 7, nil", i, it.Value, it.Err)
+			}
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("B's miss took %v; want no wait", d)
+		}
+		if st := b.Stats(); st.LeaseHoldsHeard != 0 || st.WokenByPoll != 0 || st.WokenByPush != 0 {
+			t.Errorf("B's Stats: LeaseHoldsHeard %d, WokenByPoll %d, WokenByPush %d; want 0, 0, 0", st.LeaseHoldsHeard, st.WokenByPoll, st.WokenByPush)
+		}
+	})
+}
+
+// reads counts the Store reads a replica makes through it.
+type reads struct {
+	*memory.Remote
+	n atomic.Int64
+}
+
+func (s *reads) Load(ctx context.Context, key string) ([]byte, error) {
+	s.n.Add(1)
+	return s.Remote.Load(ctx, key)
+}
+
+func (s *reads) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
+	s.n.Add(int64(len(keys)))
+	return s.Remote.LoadMany(ctx, keys)
+}
+
+// A miss that waits for the holder's value (OnLeaseHeld: Wait) and heard
+// the lease held, with no copy of its own, reads the Store once: after the
+// holder's completion, not before it waits, when nothing it could serve is
+// there.
+func TestHeardHoldWaitReadsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		a := fleetReplica(t, r, nil)
+		store := &reads{Remote: r}
+		b := fleetReplica(t, r, func(o *herd.Options[int]) {
+			o.Store = store
+			o.OnLeaseHeld = herd.Wait
+		})
+		release, resA := fleetHold(t, a, "k", 5)
+		synctest.Wait() // B hears A's hold
+		got := make(chan herd.Item[int], 1)
+		go func() {
+			got <- b.GetMany(t.Context(), []string{"k"}, func(context.Context, []string) (map[string]int, error) {
+				t.Error("B called its load")
+				return nil, errors.New("unexpected load")
+			})[0]
+		}()
+		synctest.Wait()
+		if n := store.n.Load(); n != 0 {
+			t.Errorf("B read the Store %d times before A's completion; want 0", n)
+		}
+		release()
+		if res := <-resA; res.err != nil || res.v != 5 {
+			t.Fatalf("A got %d, %v; want 5, nil", res.v, res.err)
+		}
+		if it := <-got; it.Err != nil || it.Value != 5 {
+			t.Fatalf("B got %d, %v; want 5, nil", it.Value, it.Err)
+		}
+		if n := store.n.Load(); n != 1 {
+			t.Errorf("B read the Store %d times; want 1, after A's completion", n)
+		}
+		if st := b.Stats(); st.LeaseHoldsHeard != 1 || st.LeaseAttemptsSkipped != 1 || st.WokenByPush != 1 || st.WokenByPoll != 0 {
+			t.Errorf("B's Stats: LeaseHoldsHeard %d, LeaseAttemptsSkipped %d, WokenByPush %d, WokenByPoll %d; want 1, 1, 1, 0",
+				st.LeaseHoldsHeard, st.LeaseAttemptsSkipped, st.WokenByPush, st.WokenByPoll)
+		}
 	})
 }

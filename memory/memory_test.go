@@ -630,3 +630,64 @@ func TestBoundedByLiveKeys(t *testing.T) {
 		t.Logf("at most %d keys held, over 5 rounds of %d", most, perRound)
 	})
 }
+
+// Holds reach a subscriber on a goroutine of its own, in order: an Acquire
+// and an AcquireMany that take leases return while the subscriber is still
+// busy with an earlier hold, and the lease's holder completes meanwhile.
+// Each hold carries its lease's fence and Seq, the key's completion count
+// when the lease was taken plus one, by which a subscriber that hears it
+// late knows that the holder completed.
+func TestSubscribeHoldsDoesNotBlockTheHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		r := New()
+		gate := make(chan struct{})
+		var (
+			mu   sync.Mutex
+			got  []remote.Notice
+			seqs []uint64 // the count when each hold reached fn
+		)
+		stop := r.SubscribeHolds(func(n remote.Notice) {
+			<-gate
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, n)
+			seqs = append(seqs, r.Completions(n.Key))
+		})
+		defer stop()
+
+		before := r.Completions("a")
+		g, err := r.Acquire(ctx, "a", time.Minute, time.Time{})
+		if err != nil || g.Token == "" {
+			t.Fatalf("Acquire(a) = %+v, %v; want a lease", g, err)
+		}
+		many := r.AcquireMany(ctx, []remote.LeaseRequest{{Key: "b"}, {Key: "a"}}, time.Minute)
+		if many[0].Token == "" || many[1].Token != "" {
+			t.Fatalf("AcquireMany(b, a) = %+v; want b's lease, a held", many)
+		}
+		if err := r.Release(ctx, "a", g.Token); err != nil {
+			t.Fatal(err) // a's holder completes before its hold is heard
+		}
+		close(gate)
+		synctest.Wait()
+
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != 2 || got[0].Key != "a" || got[1].Key != "b" {
+			t.Fatalf("holds heard %+v; want a's, then b's", got)
+		}
+		a, b := got[0], got[1]
+		if a.Fence != g.Fence || b.Fence != many[0].Fence {
+			t.Errorf("holds' fences %d, %d; want the leases' %d, %d", a.Fence, b.Fence, g.Fence, many[0].Fence)
+		}
+		if a.Seq != before+1 || seqs[0] == a.Seq-1 {
+			t.Errorf("a's hold: Seq %d, count when heard %d; want %d, and a count moved on by its completion", a.Seq, seqs[0], before+1)
+		}
+		if seqs[1] != b.Seq-1 {
+			t.Errorf("b's hold: Seq %d, count when heard %d; want the count plus one (b's holder has not completed)", b.Seq, seqs[1])
+		}
+		if want := time.Now().Add(time.Minute); !a.Held.Equal(want) || !b.Held.Equal(want) {
+			t.Errorf("holds until %v, %v; want %v", a.Held, b.Held, want)
+		}
+	})
+}

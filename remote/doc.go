@@ -56,10 +56,12 @@
 //     [BatchWatcher] registers a batch's keys in one call, and
 //     [CompletionCounter] lets a replica know that a hold it heard of
 //     completed with no registration at all;
-//   - [HoldNotifier] (with notify.Direct for the delivery): a replica that
-//     hears another take a key's lease makes no lease attempt of its own
-//     until the holder's notice or announced time, and due refreshes are
-//     staggered so that the first announcement reaches the others in time;
+//   - [HoldNotifier] (with notify.Direct for a delivery made before the
+//     holder can complete, or a notify.Subscription queue and Notice.Seq
+//     for one made later): a replica that hears another take a key's
+//     lease makes no lease attempt of its own until the holder's notice
+//     or announced time, and due refreshes are staggered so that the
+//     first announcement reaches the others in time;
 //   - [WriteReleaser], [BatchStore], [BatchLease]: fewer round trips;
 //   - [Staler], [Clearer], [Tagger], [HotSet]: Cache.MarkStale,
 //     Cache.InvalidateAll, Cache.InvalidateTag and tagged values, and
