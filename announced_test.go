@@ -561,10 +561,7 @@ func TestHoldHeardAfterCompletion(t *testing.T) {
 			t.Fatalf("%d holds announced; want 1, A's", n)
 		}
 		start := time.Now()
-		for i, it := range b.GetMany(t.Context(), []string{"k"}, func(context.Context, []string) (map[string]int, error) {
-			t.Error("B called its load")
-			return nil, errors.New("unexpected load")
-		}) {
+		for i, it := range b.GetMany(t.Context(), []string{"k"}, noBatchLoad(t, "B")) {
 			if it.Err != nil || it.Value != 7 {
 				t.Fatalf("B's GetMany[%d] = %d, %v; want 7, nil", i, it.Value, it.Err)
 			}
@@ -611,10 +608,7 @@ func TestHeardHoldWaitReadsOnce(t *testing.T) {
 		synctest.Wait() // B hears A's hold
 		got := make(chan herd.Item[int], 1)
 		go func() {
-			got <- b.GetMany(t.Context(), []string{"k"}, func(context.Context, []string) (map[string]int, error) {
-				t.Error("B called its load")
-				return nil, errors.New("unexpected load")
-			})[0]
+			got <- b.GetMany(t.Context(), []string{"k"}, noBatchLoad(t, "B"))[0]
 		}()
 		synctest.Wait()
 		if n := store.n.Load(); n != 0 {
@@ -635,4 +629,12 @@ func TestHeardHoldWaitReadsOnce(t *testing.T) {
 				st.LeaseHoldsHeard, st.LeaseAttemptsSkipped, st.WokenByPush, st.WokenByPoll)
 		}
 	})
+}
+
+// noBatchLoad returns a batch load that fails the test when called.
+func noBatchLoad(t *testing.T, who string) herd.BatchLoadFunc[int] {
+	return func(context.Context, []string) (map[string]int, error) {
+		t.Errorf("%s called its load", who)
+		return nil, errors.New("unexpected load")
+	}
 }

@@ -615,13 +615,19 @@ func (r *Remote) SetNoticeValues(max int) {
 // goroutine has exited, and may be called more than once; it must not be
 // called from fn.
 func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
+	return r.subscribe(r.subs, fn)
+}
+
+// subscribe starts a subscription that calls fn, kept in set (r.subs or
+// r.holds) until stopped.
+func (r *Remote) subscribe(set map[*notify.Subscription]struct{}, fn func(remote.Notice)) (stop func()) {
 	s := notify.Start(func(n notify.Notice) { fn(remote.Notice(n)) }, subscribeQueue)
 	r.mu.Lock()
-	r.subs[s] = struct{}{}
+	set[s] = struct{}{}
 	r.mu.Unlock()
 	return func() {
 		r.mu.Lock()
-		delete(r.subs, s)
+		delete(set, s)
 		r.mu.Unlock()
 		s.Stop()
 	}
@@ -642,16 +648,7 @@ func (r *Remote) Subscribe(fn func(remote.Notice)) (stop func()) {
 // until fn has returned and the goroutine has exited, and may be called
 // more than once; it must not be called from fn.
 func (r *Remote) SubscribeHolds(fn func(remote.Notice)) (stop func()) {
-	s := notify.Start(func(n notify.Notice) { fn(remote.Notice(n)) }, subscribeQueue)
-	r.mu.Lock()
-	r.holds[s] = struct{}{}
-	r.mu.Unlock()
-	return func() {
-		r.mu.Lock()
-		delete(r.holds, s)
-		r.mu.Unlock()
-		s.Stop()
-	}
+	return r.subscribe(r.holds, fn)
 }
 
 // announce queues, for every hold subscription, one batch of the holds of
