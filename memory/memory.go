@@ -634,19 +634,18 @@ func (r *Remote) subscribe(set map[*notify.Subscription]struct{}, fn func(remote
 }
 
 // SubscribeHolds calls fn with a Notice whose Key, Fence, Held and Seq are
-// set for each lease Acquire or AcquireMany takes, Fence being the lease's,
-// Held when it ends unless extended or released, and Seq the key's
-// completion count (Completions) when it was taken, plus one
-// ([remote.HoldNotifier]), until
-// stop is called. fn is called on a goroutine of the subscription's own,
-// in order, and the holder never waits for it: a subscription queues up
-// to 1024 batches of holds, and when a slow fn lets the queue fill, the
-// queued holds are replaced by a single zero Notice (holds may have been
-// lost). A Remote does not know which of the caches that share it asked:
-// every subscriber hears every lease, the asker's own included. Holds
-// reach no Subscribe subscriber. stop drops the holds still queued, waits
-// until fn has returned and the goroutine has exited, and may be called
-// more than once; it must not be called from fn.
+// set for each lease Acquire or AcquireMany takes ([remote.HoldNotifier]),
+// until stop is called: Fence is the lease's, Held when it ends unless
+// extended or released, and Seq the key's completion count (Completions)
+// when it was taken, plus one. fn is called on a goroutine of the
+// subscription's own, in order, and the holder never waits for it: a
+// subscription queues up to 1024 batches of holds, and when a slow fn lets
+// the queue fill, the queued holds are replaced by a single zero Notice
+// (holds may have been lost). A Remote does not know which of the caches
+// that share it asked: every subscriber hears every lease, the asker's own
+// included. Holds reach no Subscribe subscriber. stop drops the holds
+// still queued, waits until fn has returned and the goroutine has exited,
+// and may be called more than once; it must not be called from fn.
 func (r *Remote) SubscribeHolds(fn func(remote.Notice)) (stop func()) {
 	return r.subscribe(r.holds, fn)
 }
