@@ -112,8 +112,10 @@ func (c *Cache[V]) stagger(keys []string) []string {
 	now := c.clk.now()
 	due := keys[:0:0]
 	for _, key := range keys {
-		if _, held := c.gens.held(key, now); held {
-			c.skipped(key)
+		if _, held, spared := c.gens.heldSparing(key, now); held {
+			if spared {
+				c.st.leaseAttemptsSkipped.add(1)
+			}
 		} else {
 			due = append(due, key)
 		}

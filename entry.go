@@ -529,6 +529,14 @@ func (g *generations) held(key string, now int64) (until int64, ok bool) {
 // reported: its load's value is in the local tier already, and the
 // completion may come before the change notice that forgets the hold.
 func (g *generations) heldOrCompleted(key string, now int64) (h heldBy, ok, completed bool) {
+	h, ok, completed, _ = g.lookHeld(key, now, false)
+	return h, ok, completed
+}
+
+// lookHeld is heldOrCompleted, and with spare marks the spared attempt of
+// a hold that is still held counted, as spare does, reporting whether it
+// was not counted before; all under one hold of the stripe's lock.
+func (g *generations) lookHeld(key string, now int64, spare bool) (h heldBy, ok, completed, spared bool) {
 	s := g.stripe(key)
 	s.mu.Lock()
 	h, ok = s.heldUntil[key]
@@ -537,10 +545,14 @@ func (g *generations) heldOrCompleted(key string, now int64) (h heldBy, ok, comp
 		s.mu.Unlock()
 		completed = !h.own && g.completed(key, h)
 		h.done.stop()
-		return heldBy{}, false, completed
+		return heldBy{}, false, completed, false
+	}
+	if ok && spare && h.heard && !h.spared {
+		h.spared, spared = true, true
+		s.heldUntil[key] = h
 	}
 	s.mu.Unlock()
-	return h, ok, false
+	return h, ok, false, spared
 }
 
 // spare reports whether key's lease is held by a hold this replica heard
@@ -564,20 +576,7 @@ func (g *generations) spare(key string) bool {
 // another replica holds the lease, whether it does, and whether the hold
 // spared an attempt that had not been counted.
 func (g *generations) heldSparing(key string, now int64) (until int64, ok, spared bool) {
-	s := g.stripe(key)
-	s.mu.Lock()
-	h, ok := s.heldUntil[key]
-	if ok && g.over(key, h, now) {
-		delete(s.heldUntil, key)
-		s.mu.Unlock()
-		h.done.stop()
-		return 0, false, false
-	}
-	if ok && h.heard && !h.spared {
-		h.spared, spared = true, true
-		s.heldUntil[key] = h
-	}
-	s.mu.Unlock()
+	h, ok, _, spared := g.lookHeld(key, now, true)
 	return h.until, ok, spared
 }
 
