@@ -279,19 +279,20 @@ func TestShardChannelMoves(t *testing.T) {
 	if n := next(t, notices); n != (notify.Notice{}) {
 		t.Fatalf("first notice after the move: %+v, want the zero Notice (drop everything)", n)
 	}
-	for len(notices) > 0 { // one zero Notice per renewed subscription
-		if n := <-notices; n != (notify.Notice{}) {
-			t.Fatalf("notice %+v before any change, want only zero Notices", n)
-		}
-	}
-
-	// Redis delivers on the renewed subscriptions.
+	// Redis delivers on the renewed subscriptions. Each renewed
+	// subscription also hands on one zero Notice (drop everything), which
+	// may still be on its way on a busy machine: those are skipped, any
+	// other notice fails.
 	for i, ch := range moved {
 		msg := "c" + strconv.Itoa(i+1) + ":direct"
 		if err := cc.SPublish(ctx, ch, msg).Err(); err != nil {
 			t.Fatalf("SPUBLISH %q: %v", ch, err)
 		}
-		if n := next(t, notices); n != (notify.Notice{Key: "direct", Fence: uint64(i + 1)}) {
+		n := next(t, notices)
+		for n == (notify.Notice{}) {
+			n = next(t, notices)
+		}
+		if n != (notify.Notice{Key: "direct", Fence: uint64(i + 1)}) {
 			t.Fatalf("SPUBLISH %q %q: notice %+v", ch, msg, n)
 		}
 	}
