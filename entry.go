@@ -172,18 +172,28 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 	if s.changedSince(key, gen) || write && (s.changes[key] > 0 || c.gens.all.Load() > 0) {
 		return false
 	}
-	cur, ok := c.local.GetIfPresent(key)
-	switch {
-	case ok && cur == e && !write:
-		return true // put already, by a caller that shared its read
-	case ok && !write && cur.newerThan(e):
-		return false // a read of the Store that began before a refresh here landed
-	case ok && cur.soft == e.soft:
-		// The same value read again: it was read if cur was, and a refresh
-		// of cur that failed or was shed holds for it too.
-		e.read.Store(e.read.Load() || cur.read.Load())
-		e.retryAt.Store(max(e.retryAt.Load(), cur.retryAt.Load()))
-		e.shed.Store(e.shed.Load() || cur.shed.Load())
+	already := false
+	put := c.local.Put(key, e, func(cur *entry[V]) bool {
+		switch {
+		case cur == e && !write:
+			already = true // put already, by a caller that shared its read
+			return false
+		case cur != nil && !write && cur.newerThan(e):
+			return false // a read of the Store that began before a refresh here landed
+		case cur != nil && cur.soft == e.soft:
+			// The same value read again: it was read if cur was, and a refresh
+			// of cur that failed or was shed holds for it too.
+			e.read.Store(e.read.Load() || cur.read.Load())
+			e.retryAt.Store(max(e.retryAt.Load(), cur.retryAt.Load()))
+			e.shed.Store(e.shed.Load() || cur.shed.Load())
+		}
+		if now := c.clk.now(); e.born == 0 || e.born > now {
+			e.born = now // a value read from the Store keeps when its read was sent (sentAt)
+		}
+		return true
+	})
+	if !put {
+		return already
 	}
 	s.puts++
 	if write {
@@ -192,10 +202,6 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 		}
 		s.writes[key]++
 	}
-	if now := c.clk.now(); e.born == 0 || e.born > now {
-		e.born = now // a value read from the Store keeps when its read was sent (sentAt)
-	}
-	c.local.Set(key, e)
 	return true
 }
 

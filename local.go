@@ -62,6 +62,30 @@ func (t *localTier[V]) GetIfPresent(key string) (*entry[V], bool) {
 	return el.Value.(*heavyEntry[V]).e, true
 }
 
+// Put puts e under key if admit, called with key's entry (nil when there
+// is none), allows it, and reports whether it did. Without a weight bound
+// the lookup and the write are one otter Compute, under which admit runs:
+// it must not call the tier.
+func (t *localTier[V]) Put(key string, e *entry[V], admit func(cur *entry[V]) bool) bool {
+	if t.weigh != nil {
+		cur, _ := t.GetIfPresent(key)
+		if !admit(cur) {
+			return false
+		}
+		t.Set(key, e)
+		return true
+	}
+	put := false
+	t.main.Compute(key, func(cur *entry[V], _ bool) (*entry[V], otter.ComputeOp) {
+		if !admit(cur) {
+			return cur, otter.CancelOp
+		}
+		put = true
+		return e, otter.WriteOp
+	})
+	return put
+}
+
 // Set puts e under key, in the list when it is heavy, and drops what the
 // other part held under key. An entry heavier than half of MaxWeight is
 // not kept at all.
