@@ -67,6 +67,9 @@ func (c *Cache[V]) heardHold(n remote.Notice) {
 		if n.Seq != 0 && h.seq != n.Seq-1 {
 			// The holder completed before this replica heard of it: another
 			// replica, unless the value here is that holder's or newer.
+			if c.company.Load() {
+				return // known already
+			}
 			if e, ok := c.local.GetIfPresent(n.Key); n.Fence == 0 || !ok || e.fence.Load() < n.Fence {
 				c.hasCompany()
 			}
