@@ -30,8 +30,9 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Batches++
+	now := time.Now() // one instant for the batch, as it holds the lock
 	for i, key := range keys {
-		out[i].Value, out[i].Err = r.load(ctx, key)
+		out[i].Value, out[i].Err = r.load(ctx, key, now)
 	}
 	return out
 }
@@ -44,22 +45,23 @@ func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, tt
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Batches++
+	now := time.Now() // one instant for the batch, as it holds the lock
 	for i, req := range reqs {
-		out[i] = r.acquire(ctx, req.Key, ttl, req.After)
+		out[i] = r.acquire(ctx, req.Key, ttl, req.After, now)
 	}
-	r.announce(reqs, out, ttl)
+	r.announce(reqs, out, now.Add(ttl))
 	return out
 }
 
-// acquire is Acquire with r.mu held, with the stale value of AcquireMany.
-func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) remote.Acquired {
+// acquire is Acquire at now with r.mu held, with the stale value of
+// AcquireMany.
+func (r *Remote) acquire(ctx context.Context, key string, ttl time.Duration, after, now time.Time) remote.Acquired {
 	if err := r.check(ctx, "acquire", key); err != nil {
 		return remote.Acquired{Err: err}
 	}
 	if err := r.checkTTL(ttl, "acquire", key); err != nil {
 		return remote.Acquired{Err: err}
 	}
-	now := time.Now()
 	e := r.entry(key, now, true)
 	if e.value != nil {
 		ev, err := envelope.Decode(e.value)

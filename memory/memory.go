@@ -192,16 +192,16 @@ func (r *Remote) Stats() Stats {
 func (r *Remote) Load(ctx context.Context, key string) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.load(ctx, key)
+	return r.load(ctx, key, time.Now())
 }
 
-// load is Load with r.mu held.
-func (r *Remote) load(ctx context.Context, key string) ([]byte, error) {
+// load is Load at now with r.mu held.
+func (r *Remote) load(ctx context.Context, key string, now time.Time) ([]byte, error) {
 	if err := r.check(ctx, "load", key); err != nil {
 		return nil, err
 	}
 	r.stats.Loads++
-	e := r.entry(key, time.Now(), false)
+	e := r.entry(key, now, false)
 	if e == nil || e.value == nil {
 		return nil, nil
 	}
@@ -319,8 +319,9 @@ func (r *Remote) Invalidate(ctx context.Context, key string) error {
 func (r *Remote) Acquire(ctx context.Context, key string, ttl time.Duration, after time.Time) (remote.Grant, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a := r.acquire(ctx, key, ttl, after)
-	r.announce([]remote.LeaseRequest{{Key: key}}, []remote.Acquired{a}, ttl)
+	now := time.Now()
+	a := r.acquire(ctx, key, ttl, after, now)
+	r.announce([]remote.LeaseRequest{{Key: key}}, []remote.Acquired{a}, now.Add(ttl))
 	return a.Grant, a.Err
 }
 
@@ -651,13 +652,13 @@ func (r *Remote) SubscribeHolds(fn func(remote.Notice)) (stop func()) {
 }
 
 // announce queues, for every hold subscription, one batch of the holds of
-// the leases that the answers got to reqs took for ttl. r.mu is held.
-func (r *Remote) announce(reqs []remote.LeaseRequest, got []remote.Acquired, ttl time.Duration) {
+// the leases that the answers got to reqs took, held until held. r.mu is
+// held.
+func (r *Remote) announce(reqs []remote.LeaseRequest, got []remote.Acquired, held time.Time) {
 	if len(r.holds) == 0 {
 		return
 	}
 	var ns []notify.Notice
-	held := time.Now().Add(ttl)
 	for i, a := range got {
 		if a.Token != "" {
 			key := reqs[i].Key
