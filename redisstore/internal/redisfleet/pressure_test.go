@@ -907,6 +907,7 @@ type refreshTasks struct {
 // refreshTask is one background refresh. Its fields are written only on
 // its own goroutine, and read once it has ended.
 type refreshTask struct {
+	queued    time.Time // when the cache handed it to the Executor
 	start     time.Time
 	end       time.Time
 	loadStart time.Time // zero when the refresh made no load
@@ -919,9 +920,10 @@ type refreshTask struct {
 
 func (r *refreshTasks) run(fn func()) {
 	r.wg.Add(1)
+	queued := time.Now()
 	go func() {
 		defer r.wg.Done()
-		id, task := goid(), &refreshTask{start: time.Now()}
+		id, task := goid(), &refreshTask{queued: queued, start: time.Now()}
 		r.mu.Lock()
 		r.running[id] = task
 		r.mu.Unlock()
@@ -978,9 +980,10 @@ type refreshSummary struct {
 	// limiter slot: from its start to its load, less its Redis commands
 	// (and so with whatever time a busy machine kept it from running).
 	longestWait time.Duration
-	// longestRun is the longest time a refresh that loaded ran, from its
-	// start to its end: limiter wait, Redis commands, load and write-back,
-	// with whatever time a busy machine kept it from running.
+	// longestRun is the longest time a refresh that loaded ran, from when
+	// the cache handed it to the Executor to its end: its goroutine's
+	// start, limiter wait, Redis commands, load and write-back, with
+	// whatever time a busy machine kept it from running.
 	longestRun time.Duration
 }
 
@@ -1012,7 +1015,7 @@ func (r *refreshTasks) summary() refreshSummary {
 		s.loaded++
 		s.loadedCommands += task.preLoad
 		s.longestWait = max(s.longestWait, task.loadStart.Sub(task.start)-task.redis)
-		s.longestRun = max(s.longestRun, task.end.Sub(task.start))
+		s.longestRun = max(s.longestRun, task.end.Sub(task.queued))
 	}
 	return s
 }
