@@ -553,12 +553,23 @@ func (g *generations) lookHeld(key string, now int64, spare bool) (h heldBy, ok,
 		h.done.stop()
 		return heldBy{}, false, completed, false
 	}
-	if ok && spare && h.heard && !h.spared {
-		h.spared, spared = true, true
-		s.heldUntil[key] = h
+	if ok && spare {
+		spared = s.spare(key, h)
 	}
 	s.mu.Unlock()
 	return h, ok, false, spared
+}
+
+// spare marks the spared attempt of h, key's hold, counted when h was
+// heard announced and its attempt was not counted yet, and reports
+// whether it did; s.mu is held.
+func (s *genStripe) spare(key string, h heldBy) bool {
+	if !h.heard || h.spared {
+		return false
+	}
+	h.spared = true
+	s.heldUntil[key] = h
+	return true
 }
 
 // spare reports whether key's lease is held by a hold this replica heard
@@ -570,12 +581,7 @@ func (g *generations) spare(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.heldUntil[key]
-	if !ok || !h.heard || h.spared {
-		return false
-	}
-	h.spared = true
-	s.heldUntil[key] = h
-	return true
+	return ok && s.spare(key, h)
 }
 
 // heldSparing is held, and spare when key's lease is held: until when
