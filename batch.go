@@ -57,7 +57,9 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 	if load == nil {
 		load = c.cfg.LoadMany
 	}
-	missed, at, stale := c.localMany(ctx, keys, items, opts)
+	at := c.newPositions()
+	defer c.freePositions(at)
+	missed, stale := c.localMany(ctx, keys, items, opts, at)
 	if len(stale) > 0 {
 		c.refreshMany(ctx, stale, load)
 	}
@@ -74,8 +76,9 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 
 // localMany serves keys from the local tier as Get would, into items. It
 // returns the keys it could not serve, each once, with their positions in
-// keys, and the values it served that are due for a refresh.
-func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at positions, stale []staleRead[V]) {
+// keys recorded in at, and the values it served that are due for a
+// refresh.
+func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption, at *positions) (missed []string, stale []staleRead[V]) {
 	for i, key := range keys {
 		if e, ok := c.localGet(key); ok {
 			if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
@@ -98,14 +101,38 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 			missed = append(missed, key)
 		}
 	}
-	return missed, at, stale
+	return missed, stale
 }
 
 // positions are where the keys a call missed sit in its items: a key's
-// first position, and any other where the call repeats the key.
+// first position, and any other where the call repeats the key. A call's
+// positions are recycled by later calls (newPositions).
 type positions struct {
 	first map[string]int
 	more  map[string][]int
+}
+
+// maxKeptPositions is the most keys whose positions are recycled: a
+// larger call's maps are left to the garbage collector, so that clearing
+// them stays cheap.
+const maxKeptPositions = 1024
+
+// newPositions returns empty positions, recycled when it can.
+func (c *Cache[V]) newPositions() *positions {
+	if p, ok := c.positionSets.Get().(*positions); ok {
+		return p
+	}
+	return new(positions)
+}
+
+// freePositions empties p and keeps it for a later call.
+func (c *Cache[V]) freePositions(p *positions) {
+	if len(p.first) > maxKeptPositions {
+		return
+	}
+	clear(p.first)
+	clear(p.more)
+	c.positionSets.Put(p)
 }
 
 // add records that key sits at i, and reports whether it is the key's
@@ -137,7 +164,7 @@ func (p *positions) of(dst []int, key string) []int {
 // this call, and puts each one's result at its positions at in items. A
 // stale value a flight settled with is served, and refreshed, unless the
 // call wants none: then the key is filled again, up to maxMissAttempts.
-func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at positions, items []Item[V], load BatchLoadFunc[V], co callOpts) {
+func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at *positions, items []Item[V], load BatchLoadFunc[V], co callOpts) {
 	var (
 		refresh []staleRead[V]
 		where   []int

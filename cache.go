@@ -40,6 +40,8 @@ type Cache[V any] struct {
 	// fillBlocks and waitBlocks recycle the fills of batches and their
 	// losers' waits (*fillBlock, *waitBlock).
 	fillBlocks, waitBlocks sync.Pool
+	// positionSets recycles the positions of GetMany's missed keys.
+	positionSets sync.Pool
 	gens                   generations
 	clk                    clock
 	// hitClk is the clock of the hit path; it reads clk.

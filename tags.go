@@ -139,7 +139,11 @@ func (c *Cache[V]) usable(e *entry[V]) bool {
 // while the breaker is open, or when the call fails, nothing is learnt, so
 // that no tagged entry is served from the Store.
 func (c *Cache[V]) fetchTags(ctx context.Context, envs ...[]byte) {
-	var tags []string
+	c.learnTags(ctx, appendTags(nil, envs...))
+}
+
+// appendTags appends to tags the tags that the envelopes envs carry.
+func appendTags(tags []string, envs ...[]byte) []string {
 	for _, env := range envs {
 		if env == nil || len(env) <= envelope.FlagsOffset || envelope.Flags(env[envelope.FlagsOffset])&envelope.FlagTagged == 0 {
 			continue
@@ -148,7 +152,7 @@ func (c *Cache[V]) fetchTags(ctx context.Context, envs ...[]byte) {
 			tags = append(tags, ev.Tags...)
 		}
 	}
-	c.learnTags(ctx, tags)
+	return tags
 }
 
 // learnTags reads the versions of tags from the Store, in one call, and

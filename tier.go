@@ -82,11 +82,11 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 		}
 	}
 	c.remoteDone(ctx, at, firstErr(got, func(l remote.Loaded) error { return l.Err }))
-	envs := make([][]byte, len(got))
-	for i, l := range got {
-		envs[i] = l.Value
+	var tags []string
+	for _, l := range got {
+		tags = appendTags(tags, l.Value)
 	}
-	c.fetchTags(ctx, envs...)
+	c.learnTags(ctx, tags)
 	for i, l := range got[:len(keys)] {
 		c.readOf(&reads[i], keys[i], l.Value, l.Err)
 		c.sentAt(reads[i].e, sent)
@@ -134,11 +134,11 @@ func (c *Cache[V]) acquireMany(ctx context.Context, reqs []remote.LeaseRequest, 
 		}
 	}
 	c.remoteDone(ctx, at, firstErr(got, func(a remote.Acquired) error { return a.Err }))
-	envs := make([][]byte, 0, 2*len(got))
+	var tags []string
 	for _, a := range got {
-		envs = append(envs, a.Value, a.Stale)
+		tags = appendTags(tags, a.Value, a.Stale)
 	}
-	c.fetchTags(ctx, envs...)
+	c.learnTags(ctx, tags)
 	return got[:len(reqs)]
 }
 
