@@ -42,8 +42,8 @@ type Cache[V any] struct {
 	fillBlocks, waitBlocks sync.Pool
 	// positionSets recycles the positions of GetMany's missed keys.
 	positionSets sync.Pool
-	gens                   generations
-	clk                    clock
+	gens         generations
+	clk          clock
 	// hitClk is the clock of the hit path; it reads clk.
 	hitClk coarseClock
 	st     counters
