@@ -126,10 +126,11 @@ func literal(data []byte) (neg bool, mag uint64, ok bool) {
 	if len(data) == 0 || (data[0] == '0' && len(data) > 1) {
 		return false, 0, false
 	}
+	const cutoff, lastDigit = math.MaxUint64 / 10, math.MaxUint64 % 10
 	for _, c := range data {
 		d := uint64(c) - '0'
-		if d > 9 || mag > (math.MaxUint64-d)/10 {
-			return false, 0, false
+		if d > 9 || mag > cutoff || mag == cutoff && d > lastDigit {
+			return false, 0, false // mag*10 + d would pass 2^64-1
 		}
 		mag = mag*10 + d
 	}
