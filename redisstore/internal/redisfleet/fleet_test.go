@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -470,15 +471,61 @@ func anyDegraded(rs []*replica) bool {
 	return false
 }
 
+// deadlineWhile gives every call and dial of a client the deadline d, within
+// its caller's own, while on is set: the client of a Remote whose Timeout
+// is d, for one phase of a test.
+type deadlineWhile struct {
+	on *atomic.Bool
+	d  time.Duration
+}
+
+func (h deadlineWhile) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !h.on.Load() {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, h.d)
+}
+
+func (h deadlineWhile) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := h.bound(ctx)
+		defer cancel()
+		return next(ctx, network, addr)
+	}
+}
+
+func (h deadlineWhile) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		ctx, cancel := h.bound(ctx)
+		defer cancel()
+		return next(ctx, cmd)
+	}
+}
+
+func (h deadlineWhile) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, cancel := h.bound(ctx)
+		defer cancel()
+		return next(ctx, cmds)
+	}
+}
+
 // Redis dies while 20 replicas serve traffic: no caller sees an error, each
 // replica loads at most once per key at a time, and after a restart the fleet
 // is back to one load per expiry.
 func TestRedisKilled(t *testing.T) {
 	node := redistest.Server(t)
-	// Calls to the dead server must fail fast enough for the breaker to see
-	// them while the outage lasts.
-	remoteTimeouts.Store(t.Name(), 250*time.Millisecond)
-	rs := fleet(t, 20, func() redis.UniversalClient { return node.Client() }, func(o *herd.Options[string]) {
+	// While Redis is down, each call ends within 250 ms, the default
+	// Timeout, so that the breakers see the outage while it lasts: go-redis
+	// goes on redialling a refused address for longer. Before and after,
+	// the fleet's generous deadline, so that a machine busy enough to slow
+	// calls down is not taken for an outage that keeps breakers open.
+	var short atomic.Bool
+	rs := fleet(t, 20, func() redis.UniversalClient {
+		c := node.Client()
+		c.AddHook(deadlineWhile{on: &short, d: redisstore.DefaultTimeout})
+		return c
+	}, func(o *herd.Options[string]) {
 		o.SoftTTL = 200 * time.Millisecond
 		o.HardTTL = 400 * time.Millisecond
 	})
@@ -516,11 +563,13 @@ func TestRedisKilled(t *testing.T) {
 		wg.Wait()
 	}
 	serve(time.Now().Add(500 * time.Millisecond))
+	short.Store(true)
 	node.Kill()
 	down.Store(true)
 	serve(time.Now().Add(1500 * time.Millisecond))
 	down.Store(false)
 	node.Restart()
+	short.Store(false)
 	// Each breaker closes on a probe, one cooldown after it opened, once a
 	// probe finds Redis back: go-redis may answer the first calls after a
 	// restart with the dial error it remembers, for up to a second, and a
