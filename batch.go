@@ -57,9 +57,10 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 	if load == nil {
 		load = c.cfg.LoadMany
 	}
-	at := c.newPositions()
-	defer c.freePositions(at)
-	missed, stale := c.localMany(ctx, keys, items, opts, at)
+	missed, at, stale := c.localMany(ctx, keys, items, opts)
+	if at != nil {
+		defer c.freePositions(at)
+	}
 	if len(stale) > 0 {
 		c.refreshMany(ctx, stale, load)
 	}
@@ -76,9 +77,9 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 
 // localMany serves keys from the local tier as Get would, into items. It
 // returns the keys it could not serve, each once, with their positions in
-// keys recorded in at, and the values it served that are due for a
-// refresh.
-func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption, at *positions) (missed []string, stale []staleRead[V]) {
+// keys (nil when it served every key: a batch of hits takes none), and
+// the values it served that are due for a refresh.
+func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at *positions, stale []staleRead[V]) {
 	for i, key := range keys {
 		if e, ok := c.localGet(key); ok {
 			if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
@@ -94,6 +95,9 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 				continue
 			}
 		}
+		if at == nil {
+			at = c.newPositions()
+		}
 		if at.add(key, i, len(keys)) {
 			if missed == nil {
 				missed = make([]string, 0, len(keys)-i) // the keys from i on
@@ -101,7 +105,7 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 			missed = append(missed, key)
 		}
 	}
-	return missed, stale
+	return missed, at, stale
 }
 
 // positions are where the keys a call missed sit in its items: a key's

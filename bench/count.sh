@@ -19,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 bench=${1:-FleetBatch}
 ops=${2:-40}
+(( ops >= 4 )) || { echo "count.sh: ops must be at least 4" >&2; exit 1; }
 few=$((ops / 4))
 command -v valgrind >/dev/null || { echo "count.sh: valgrind is not installed" >&2; exit 1; }
 bin=$(mktemp -d)/bench.test
