@@ -515,12 +515,15 @@ func (h deadlineWhile) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // is back to one load per expiry.
 func TestRedisKilled(t *testing.T) {
 	node := redistest.Server(t)
-	// While Redis is down, each call ends within 250 ms, the default
+	// Until Redis is back, each call ends within 250 ms, the default
 	// Timeout, so that the breakers see the outage while it lasts: go-redis
-	// goes on redialling a refused address for longer. Before and after,
-	// the fleet's generous deadline, so that a machine busy enough to slow
-	// calls down is not taken for an outage that keeps breakers open.
+	// goes on redialling a refused address for longer, and a call sent
+	// before the kill must not hold a replica's refresh past the outage.
+	// After the restart, the fleet's generous deadline, so that a machine
+	// busy enough to slow calls down is not taken for an outage that keeps
+	// breakers open.
 	var short atomic.Bool
+	short.Store(true)
 	rs := fleet(t, 20, func() redis.UniversalClient {
 		c := node.Client()
 		c.AddHook(deadlineWhile{on: &short, d: redisstore.DefaultTimeout})
@@ -563,7 +566,6 @@ func TestRedisKilled(t *testing.T) {
 		wg.Wait()
 	}
 	serve(time.Now().Add(500 * time.Millisecond))
-	short.Store(true)
 	node.Kill()
 	down.Store(true)
 	serve(time.Now().Add(1500 * time.Millisecond))
