@@ -40,10 +40,11 @@ type Cache[V any] struct {
 	// fillBlocks and waitBlocks recycle the fills of batches and their
 	// losers' waits (*fillBlock, *waitBlock).
 	fillBlocks, waitBlocks sync.Pool
-	// positionSets recycles the positions of GetMany's missed keys.
-	positionSets sync.Pool
-	gens         generations
-	clk          clock
+	// positionSets recycles the positions of GetMany's missed keys, and
+	// scratches the arrays of batches' fills (*scratch).
+	positionSets, scratches sync.Pool
+	gens                    generations
+	clk                     clock
 	// hitClk is the clock of the hit path; it reads clk.
 	hitClk coarseClock
 	st     counters

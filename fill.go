@@ -127,6 +127,51 @@ type batchFill[V any] struct {
 	// see them: each key the Store served fresh counts so (a hit or a
 	// negative), every other key as a miss (fillState.mark).
 	counting bool
+	scratch  *scratch[V]
+}
+
+// scratch holds arrays that a batch's fill uses and is done with before
+// the batch ends, no call it makes keeping them, recycled by later
+// batches: each is taken (room) by one step at a time.
+type scratch[V any] struct {
+	reqs   []remote.LeaseRequest
+	loads  []pendingLoad[V]
+	losers []loser[V]
+	reads  []remoteRead[V]
+	keys   []string
+}
+
+// maxKeptScratch is the most keys whose arrays are recycled: a larger
+// batch's are left to the garbage collector.
+const maxKeptScratch = 1024
+
+func (c *Cache[V]) newScratch() *scratch[V] {
+	if s, ok := c.scratches.Get().(*scratch[V]); ok {
+		return s
+	}
+	return new(scratch[V])
+}
+
+// freeScratch empties s and keeps it for a later batch.
+func (c *Cache[V]) freeScratch(s *scratch[V]) {
+	if max(cap(s.reqs), cap(s.loads), cap(s.losers), cap(s.reads), cap(s.keys)) > maxKeptScratch {
+		return
+	}
+	clear(s.reqs[:cap(s.reqs)])
+	clear(s.loads[:cap(s.loads)])
+	clear(s.losers[:cap(s.losers)])
+	clear(s.reads[:cap(s.reads)])
+	clear(s.keys[:cap(s.keys)])
+	c.scratches.Put(s)
+}
+
+// room returns *a emptied, with room for n elements, making it anew when
+// it has less.
+func room[T any](a *[]T, n int) []T {
+	if cap(*a) < n {
+		*a = make([]T, 0, n)
+	}
+	return (*a)[:0]
 }
 
 // Bits of fillState.mark, the count of a counting batch's key: counted
@@ -212,6 +257,8 @@ func batchOf[V any](key string, load LoadFunc[V]) BatchLoadFunc[V] {
 // a miss before its callers see it.
 func (c *Cache[V]) fillMany(ctx context.Context, fs []*fillState[V], load BatchLoadFunc[V], refresh bool, settle func(string, *entry[V], error), count bool) {
 	b := &batchFill[V]{c: c, load: load, settle: settle, refresh: refresh, leases: newLeaseSet(), wakes: newWakes(), counting: count}
+	b.scratch = c.newScratch()
+	defer c.freeScratch(b.scratch)
 	defer c.closeSet(ctx, b.leases)
 	if count {
 		defer b.countRest(fs)
@@ -411,7 +458,7 @@ func (b *batchFill[V]) fromReads(ctx context.Context, fs []*fillState[V]) (rest 
 			ask = append(ask, f)
 		}
 	}
-	reads := b.c.loadMany(ctx, ask)
+	reads := b.c.loadMany(ctx, ask, b.scratch)
 	for _, f := range fs {
 		rr := f.pre
 		if !f.preCurrent() {
@@ -487,8 +534,11 @@ func (b *batchFill[V]) fromLeases(ctx context.Context, fs []*fillState[V]) (load
 	if fs, loads = b.fromPre(ctx, fs); len(fs) == 0 {
 		return loads, nil
 	}
-	reqs := leaseRequests(fs)
-	loads, losers = slices.Grow(loads, len(fs)), make([]loser[V], 0, len(fs))
+	reqs := leaseRequests(room(&b.scratch.reqs, len(fs)), fs)
+	if loads == nil {
+		loads = room(&b.scratch.loads, len(fs))
+	}
+	loads, losers = slices.Grow(loads, len(fs)), room(&b.scratch.losers, len(fs))
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Key

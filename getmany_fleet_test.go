@@ -86,7 +86,10 @@ func TestFleetGetManyLoadsEachKeyOncePerFleet(t *testing.T) {
 		for exp := range expiries {
 			loads := newKeyLoads(t)
 			gate := make(chan struct{})
-			load := loads.load(gate, func(k string) int { return len(k) + exp })
+			// Each key's value is its own: a value handed to another key
+			// shows.
+			want := func(k string) int { return slices.Index(all, k)*expiries + exp }
+			load := loads.load(gate, want)
 			var wg sync.WaitGroup
 			errs := make(chan error, replicas*callers)
 			for i, c := range cs {
@@ -96,8 +99,8 @@ func TestFleetGetManyLoadsEachKeyOncePerFleet(t *testing.T) {
 					wg.Go(func() {
 						items := c.GetMany(bounded(t), keys, load)
 						for n, it := range items {
-							if it.Err != nil || it.Value != len(keys[n])+exp {
-								errs <- fmt.Errorf("replica %d: %q = %d, %v; want %d", i, keys[n], it.Value, it.Err, len(keys[n])+exp)
+							if it.Err != nil || it.Value != want(keys[n]) {
+								errs <- fmt.Errorf("replica %d: %q = %d, %v; want %d", i, keys[n], it.Value, it.Err, want(keys[n]))
 							}
 						}
 					})
@@ -159,6 +162,42 @@ func TestFleetGetManyLoadsItsLeasesBeforeWaiting(t *testing.T) {
 		}
 		if it := (<-doneA)[0]; it.Value != 1 {
 			t.Errorf("a's item = %+v, want 1", it)
+		}
+	})
+}
+
+// TestFleetGetManyLoserReadsAreTheirKeys: a batch that reads the Store more
+// than once, here for its losers after its own load and again while one of
+// them waits, gives each key what the Store holds for it: never what an
+// earlier read of the batch found for another key.
+func TestFleetGetManyLoserReadsAreTheirKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := memory.New()
+		wait := func(o *herd.Options[int]) { o.OnLeaseHeld = herd.Wait }
+		a1, a2, b := fleetReplica(t, r, nil), fleetReplica(t, r, nil), fleetReplica(t, r, wait)
+		ctx := bounded(t)
+		values := map[string]int{"x": 1, "w": 2, "y": 3}
+		value := func(k string) int { return values[k] }
+		gateX, gateW, gateB := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		go a1.GetMany(ctx, []string{"x"}, newKeyLoads(t).load(gateX, value))
+		go a2.GetMany(ctx, []string{"w"}, newKeyLoads(t).load(gateW, value))
+		synctest.Wait() // x and w leased, their loads blocked
+		done := make(chan []herd.Item[int], 1)
+		go func() { done <- b.GetMany(ctx, []string{"y", "w", "x"}, newKeyLoads(t).load(gateB, value)) }()
+		synctest.Wait() // b leased y and loads it; w and x are held elsewhere
+		close(gateW)
+		synctest.Wait() // w stored; b, still loading y, reads it after
+		close(gateB)
+		// b read w and x after its load, and serves w; x, still loading,
+		// is read again after the first backoff, and then waited for.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		close(gateX)
+		for i, it := range <-done {
+			key := []string{"y", "w", "x"}[i]
+			if it.Err != nil || it.Value != value(key) {
+				t.Errorf("%q = %d, %v; want %d", key, it.Value, it.Err, value(key))
+			}
 		}
 	})
 }

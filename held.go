@@ -88,6 +88,9 @@ func (s *leaseSet) end(e leaseEnd) {
 	if e.ttl <= 0 {
 		e.env = nil // expired already: nothing worth writing
 	}
+	if s.ends == nil {
+		s.ends = make([]leaseEnd, 0, len(s.live)) // the rest end soon too
+	}
 	delete(s.live, e.h)
 	s.ends = append(s.ends, e)
 }

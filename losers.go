@@ -22,7 +22,7 @@ func (b *batchFill[V]) lose(ctx context.Context, losers []loser[V], loaded bool)
 		}
 	}
 	c := b.c
-	wait := make([]loser[V], 0, len(losers))
+	wait := losers[:0] // losers is this batch's own, read once here
 	for _, l := range losers {
 		f, co := l.f, l.f.co
 		switch cand := f.candidate; {

@@ -59,13 +59,14 @@ func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
 
 // loadMany reads the keys of fs from the Store: one call when it is a
 // [remote.BatchStore], one per key otherwise. The breaker records one outcome for
-// the batch.
-func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRead[V] {
+// the batch. The reads are in s's array, valid until its next loadMany.
+func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V], s *scratch[V]) []remoteRead[V] {
 	if len(fs) == 0 {
 		return nil // no call, and no outcome for the breaker
 	}
-	reads := make([]remoteRead[V], len(fs))
-	keys := make([]string, len(fs))
+	reads := room(&s.reads, len(fs))[:len(fs)]
+	clear(reads) // of the batch's last loadMany
+	keys := room(&s.keys, len(fs))[:len(fs)]
 	for i, f := range fs {
 		keys[i] = f.key
 		reads[i].done = true
@@ -94,18 +95,17 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V]) []remoteRea
 	return reads
 }
 
-// leaseRequests are the requests for the leases of the keys of fs, each
-// fresh after its fill's start (a miss) or its old value's soft expiry (a
-// refresh).
-func leaseRequests[V any](fs []*fillState[V]) []remote.LeaseRequest {
-	reqs := make([]remote.LeaseRequest, len(fs))
-	for i, f := range fs {
+// leaseRequests appends to reqs the requests for the leases of the keys of
+// fs, each fresh after its fill's start (a miss) or its old value's soft
+// expiry (a refresh).
+func leaseRequests[V any](reqs []remote.LeaseRequest, fs []*fillState[V]) []remote.LeaseRequest {
+	for _, f := range fs {
 		after := f.now
 		if f.old != nil {
 			after = max(after, f.old.soft) // only a value refreshed meanwhile stops it
 		}
 		after = f.leaseAfter(after)
-		reqs[i] = remote.LeaseRequest{Key: f.key, After: time.Unix(0, after)}
+		reqs = append(reqs, remote.LeaseRequest{Key: f.key, After: time.Unix(0, after)})
 	}
 	return reqs
 }

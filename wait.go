@@ -537,15 +537,15 @@ func (ws *waits[V]) ask(ctx context.Context, wts []*waiter[V]) {
 		return
 	}
 	c := ws.b.c
-	reqs := make([]remote.LeaseRequest, len(wts))
-	keys := make([]string, len(wts))
+	reqs := room(&ws.b.scratch.reqs, len(wts))
+	keys := make([]string, len(wts)) // the Watcher keeps them
 	for i, wt := range wts {
 		keys[i] = wt.f.key
 	}
 	watches := c.watchAll(keys, ws.b.wakes.wake)
 	sent := c.clk.now()
 	for i, key := range keys {
-		reqs[i] = remote.LeaseRequest{Key: key, After: time.Unix(0, wts[i].f.leaseAfter(sent))}
+		reqs = append(reqs, remote.LeaseRequest{Key: key, After: time.Unix(0, wts[i].f.leaseAfter(sent))})
 	}
 	for i, got := range c.acquireMany(ctx, reqs, nil) {
 		a, err := c.answerAttempt(ctx, wts[i].f.key, got, sent, watches[i])
@@ -573,7 +573,7 @@ func (ws *waits[V]) peek(ctx context.Context, wts []*waiter[V]) {
 		fs[i] = wt.f
 	}
 	now := c.clk.now()
-	for i, r := range c.loadMany(ctx, fs) {
+	for i, r := range c.loadMany(ctx, fs, ws.b.scratch) {
 		a := &wts[i].answer
 		switch {
 		case r.err != nil:

@@ -658,7 +658,13 @@ func (r *Remote) announce(reqs []remote.LeaseRequest, got []remote.Acquired, hel
 	if len(r.holds) == 0 {
 		return
 	}
-	var ns []notify.Notice
+	n := 0
+	for _, a := range got {
+		if a.Token != "" {
+			n++
+		}
+	}
+	ns := make([]notify.Notice, 0, n)
 	for i, a := range got {
 		if a.Token != "" {
 			key := reqs[i].Key

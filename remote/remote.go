@@ -10,7 +10,8 @@ import (
 // leases and writes the keys of a batch through them, in few round trips,
 // when its Store and Lease implement them, and falls back to one call per
 // key when they do not. Each operation reports per key: a batch that spans
-// several servers may fail on some keys and succeed on the others.
+// several servers may fail on some keys and succeed on the others. None
+// keeps the slice it is given once it has returned: the cache reuses it.
 
 // BatchStore is implemented by a [Store] that reads many keys at once.
 type BatchStore interface {

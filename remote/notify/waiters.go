@@ -233,14 +233,15 @@ func (ws *Waiters) unwatch(key string, w *watch) {
 // not change until every registration is called or taken back.
 func (ws *Waiters) WatchMany(mu sync.Locker, keys []string, fn func(i int)) (stop func(i int)) {
 	regs := make([]watch, len(keys))
-	gens := make([]generation, len(keys)) // for the keys that have none
 	if ws.m == nil {
 		ws.m = make(map[string]*generation, len(keys))
 	}
 	for i, key := range keys {
 		g := ws.m[key]
 		if g == nil {
-			g = &gens[i]
+			// One at a time: most keys of a batch that others load have
+			// a generation already, their holders' other losers' own.
+			g = new(generation)
 			ws.m[key] = g
 		}
 		g.n++
