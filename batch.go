@@ -58,9 +58,6 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 		load = c.cfg.LoadMany
 	}
 	missed, at, stale := c.localMany(ctx, keys, items, opts)
-	if at != nil {
-		defer c.freePositions(at)
-	}
 	if len(stale) > 0 {
 		c.refreshMany(ctx, stale, load)
 	}
@@ -76,10 +73,11 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 }
 
 // localMany serves keys from the local tier as Get would, into items. It
-// returns the keys it could not serve, each once, with their positions in
-// keys (nil when it served every key: a batch of hits takes none), and
-// the values it served that are due for a refresh.
-func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at *positions, stale []staleRead[V]) {
+// returns the keys it could not serve, with their positions in keys (a
+// key given twice is missed twice: its flight, which finds it once,
+// marks the second Repeat), and the values it served that are due for a
+// refresh.
+func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at []int, stale []staleRead[V]) {
 	for i, key := range keys {
 		if e, ok := c.localGet(key); ok {
 			if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
@@ -95,118 +93,55 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 				continue
 			}
 		}
-		if at == nil {
-			at = c.newPositions()
+		if missed == nil {
+			missed = make([]string, 0, len(keys)-i) // the keys from i on
+			at = make([]int, 0, len(keys)-i)
 		}
-		if at.add(key, i, len(keys)) {
-			if missed == nil {
-				missed = make([]string, 0, len(keys)-i) // the keys from i on
-			}
-			missed = append(missed, key)
-		}
+		missed, at = append(missed, key), append(at, i)
 	}
 	return missed, at, stale
 }
 
-// positions are where the keys a call missed sit in its items: a key's
-// first position, and any other where the call repeats the key. A call's
-// positions are recycled by later calls (newPositions).
-type positions struct {
-	first map[string]int
-	more  map[string][]int
-}
-
-// maxKeptPositions is the most keys whose positions are recycled: a
-// larger call's maps are left to the garbage collector, so that clearing
-// them stays cheap.
-const maxKeptPositions = 1024
-
-// newPositions returns empty positions, recycled when it can.
-func (c *Cache[V]) newPositions() *positions {
-	if p, ok := c.positionSets.Get().(*positions); ok {
-		return p
-	}
-	return new(positions)
-}
-
-// freePositions empties p and keeps it for a later call.
-func (c *Cache[V]) freePositions(p *positions) {
-	if len(p.first) > maxKeptPositions {
-		return
-	}
-	clear(p.first)
-	clear(p.more)
-	c.positionSets.Put(p)
-}
-
-// add records that key sits at i, and reports whether it is the key's
-// first position; n is how many keys the call has, the most it can miss.
-func (p *positions) add(key string, i, n int) bool {
-	if p.first == nil {
-		p.first = make(map[string]int, n-i) // the keys from i on
-	}
-	if _, dup := p.first[key]; !dup {
-		p.first[key] = i
-		return true
-	}
-	if p.more == nil {
-		p.more = make(map[string][]int)
-	}
-	p.more[key] = append(p.more[key], i)
-	return false
-}
-
-// of returns the positions of key, appended to dst.
-func (p *positions) of(dst []int, key string) []int {
-	if i, ok := p.first[key]; ok {
-		dst = append(dst, i)
-	}
-	return append(dst, p.more[key]...)
-}
-
 // fillMissed fills the keys missed in their flights, joined or led by
-// this call, and puts each one's result at its positions at in items. A
-// stale value a flight settled with is served, and refreshed, unless the
+// this call, and puts each one's result at its position in at in items.
+// A stale value a flight settled with is served, and refreshed, unless the
 // call wants none: then the key is filled again, up to maxMissAttempts.
-func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at *positions, items []Item[V], load BatchLoadFunc[V], co callOpts) {
-	var (
-		refresh []staleRead[V]
-		where   []int
-	)
+func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at []int, items []Item[V], load BatchLoadFunc[V], co callOpts) {
+	var refresh []staleRead[V]
 	for attempt := 0; len(missed) > 0; attempt++ {
 		res := c.flyMissed(ctx, missed, load, co, attempt == 0)
-		var again []string // not in missed's array: a fill may still read it
+		var (
+			again   []string // not in missed's array: a fill may still read it
+			againAt []int
+		)
 		now := c.clk.now() // after every remote wait of the flights
 		for j, key := range missed {
 			e, err := res[j].Val, res[j].Err
 			switch {
 			case err == nil && e.gone(now):
 				if attempt+1 < maxMissAttempts && ctx.Err() == nil {
-					again = append(again, key) // expired while remote calls were waited on
+					again, againAt = append(again, key), append(againAt, at[j]) // expired while remote calls were waited on
 					continue
 				}
 				err = errNoFresh(key)
 			case err == nil && e.stale(now) && co.noStale:
 				if attempt+1 < maxMissAttempts && ctx.Err() == nil {
-					again = append(again, key) // went stale before this caller took it
+					again, againAt = append(again, key), append(againAt, at[j]) // went stale before this caller took it
 					continue
 				}
 				err = errNoFresh(key)
-			case err == nil && e.stale(now):
+			case err == nil && e.stale(now) && !res[j].Repeat:
 				// Served stale by the flight (from the Store or as a lease loser).
 				c.countStale(key)
 				refresh = append(refresh, staleRead[V]{key: key, e: e, started: &c.st.staleRefreshes})
 			}
-			where = at.of(where[:0], key)
-			for _, i := range where {
-				if err != nil {
-					items[i].Err = err
-				} else {
-					items[i] = itemOf(e.result())
-				}
+			if err != nil {
+				items[at[j]].Err = err
+			} else {
+				items[at[j]] = itemOf(e.result())
 			}
 		}
-		missed = again
+		missed, at = again, againAt
 	}
 	if len(refresh) > 0 {
 		c.refreshMany(ctx, refresh, load)
@@ -238,7 +173,7 @@ func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoa
 		mu.Lock()
 		defer mu.Unlock()
 		for i, key := range missed {
-			if !ran[i] {
+			if !ran[i] && !res[i].Repeat {
 				c.got(key, observe.ResultMiss) // joined another caller's load
 			}
 		}

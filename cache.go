@@ -40,11 +40,10 @@ type Cache[V any] struct {
 	// fillBlocks and waitBlocks recycle the fills of batches and their
 	// losers' waits (*fillBlock, *waitBlock).
 	fillBlocks, waitBlocks sync.Pool
-	// positionSets recycles the positions of GetMany's missed keys, and
-	// scratches the arrays of batches' fills (*scratch).
-	positionSets, scratches sync.Pool
-	gens                    generations
-	clk                     clock
+	// scratches recycles the arrays of batches' fills (*scratch).
+	scratches sync.Pool
+	gens      generations
+	clk       clock
 	// hitClk is the clock of the hit path; it reads clk.
 	hitClk coarseClock
 	st     counters

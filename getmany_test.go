@@ -77,6 +77,9 @@ func TestGetManyPerPosition(t *testing.T) {
 	if got, want := l.got(), [][]string{{"a", "bb", "gone", "ccc"}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("loader calls = %q, want %q: each missing key once, in order", got, want)
 	}
+	if s := c.Stats(); s.Misses != 4 || s.Hits != 0 {
+		t.Errorf("after the first call: %d misses, %d hits; want 4 misses, one per missing key, and no hit", s.Misses, s.Hits)
+	}
 	// The second call is served locally, but for the key the loader left
 	// out, which is asked again without NegativeTTL.
 	wantItems(t, keys, c.GetMany(bounded(t), keys, l.load), map[string]error{"gone": herd.ErrNotFound})

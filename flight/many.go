@@ -21,6 +21,9 @@ type Result[V any] struct {
 	// Shared reports, as Do's shared does, whether the result went to more
 	// than one caller.
 	Shared bool
+	// Repeat reports that the key at this position appeared earlier in the
+	// call's keys: its result is that earlier position's.
+	Repeat bool
 }
 
 // linearMax is the most keys for which DoMany finds a key by scanning its
@@ -82,9 +85,12 @@ func (g *Group[K, V]) DoMany(ctx context.Context, keys []K, fn func(ctx context.
 		return nil
 	}
 	res := make([]Result[V], len(keys))
+	m := &many[K, V]{g: g}
 	fail := func(err error) []Result[V] {
+		m.distinct(keys)
 		for i := range res {
 			res[i].Err = err
+			res[i].Repeat = m.repeat != nil && m.repeat[i]
 		}
 		return res
 	}
@@ -110,7 +116,6 @@ func (g *Group[K, V]) DoMany(ctx context.Context, keys []K, fn func(ctx context.
 		}
 	}
 
-	m := &many[K, V]{g: g}
 	m.distinct(keys)
 	g.mu.Lock()
 	nled := m.enter(done == nil)
@@ -154,6 +159,9 @@ type many[K comparable, V any] struct {
 	pos     []int
 	index   map[K]int
 	led     []K // fn's copy of the led keys
+	// repeat marks the positions whose key appeared earlier in keys; nil
+	// while no key repeats.
+	repeat []bool
 
 	fctx     batch[V]      // the context fn runs with
 	returned atomic.Bool   // fn has returned; settle does nothing now
@@ -221,8 +229,10 @@ func (m *many[K, V]) distinct(keys []K) {
 				for p := range i {
 					m.pos[p] = p
 				}
+				m.repeat = make([]bool, len(keys))
 			}
 			m.pos[i] = j
+			m.repeat[i] = true
 			continue
 		}
 		j := len(m.entries)
@@ -475,6 +485,7 @@ func (m *many[K, V]) fill(ctx context.Context, res []Result[V]) {
 	var werr error
 	for i := range res {
 		e := m.at(i)
+		res[i].Repeat = m.repeat != nil && m.repeat[i]
 		if e.gaveUp {
 			if werr == nil {
 				werr = waitError(ctx)
@@ -483,6 +494,6 @@ func (m *many[K, V]) fill(ctx context.Context, res []Result[V]) {
 			continue
 		}
 		c := e.c
-		res[i] = Result[V]{Val: c.val, Err: c.err, Shared: !e.isLed() || c.joins > 0}
+		res[i].Val, res[i].Err, res[i].Shared = c.val, c.err, !e.isLed() || c.joins > 0
 	}
 }

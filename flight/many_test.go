@@ -88,7 +88,7 @@ func TestDoManyLedAndJoined(t *testing.T) {
 					t.Errorf("after b was settled: Waiters(b), InFlight = %v, want [0 1]", got)
 				}
 				openA()
-				want := []Result[string]{{"va", nil, true}, {"vb", nil, false}}
+				want := []Result[string]{{"va", nil, true, false}, {"vb", nil, false, false}}
 				if got := <-ch; !slices.Equal(got, want) {
 					t.Errorf("DoMany = %+v, want %+v", got, want)
 				}
@@ -119,7 +119,7 @@ func TestDoManyAllJoined(t *testing.T) {
 			t.Errorf("Waiters(a) = %d, want 2", n)
 		}
 		open()
-		want := []Result[string]{{"va", nil, true}, {"va", nil, true}}
+		want := []Result[string]{{"va", nil, true, false}, {"va", nil, true, true}}
 		if got := <-ch; !slices.Equal(got, want) {
 			t.Errorf("DoMany = %+v, want %+v", got, want)
 		}
@@ -176,7 +176,7 @@ func TestDoManyJoinerGetsSettledValueEarly(t *testing.T) {
 					t.Fatal("DoMany returned before b was settled")
 				}
 				open2()
-				want := []Result[string]{{"va", nil, true}, {"vb", nil, false}}
+				want := []Result[string]{{"va", nil, true, false}, {"vb", nil, false, false}}
 				if got := <-ch; !slices.Equal(got, want) {
 					t.Errorf("DoMany = %+v, want %+v", got, want)
 				}
@@ -185,8 +185,9 @@ func TestDoManyJoinerGetsSettledValueEarly(t *testing.T) {
 	}
 }
 
-// A repeated key is led or joined once and every position gets its result;
-// with many keys the map lookup does the same, and fn may change led.
+// A repeated key is led or joined once and every position gets its result,
+// the later ones marked Repeat; with many keys the map lookup does the
+// same, and fn may change led. A call that fails at once marks them too.
 func TestDoManyDuplicates(t *testing.T) {
 	t.Run("few", func(t *testing.T) {
 		var starts atomic.Int32
@@ -204,7 +205,7 @@ func TestDoManyDuplicates(t *testing.T) {
 		if !slices.Equal(led, []string{"a", "b", "c"}) || starts.Load() != 3 {
 			t.Errorf("fn led %q after %d starts, want [a b c] after 3", led, starts.Load())
 		}
-		want := []Result[string]{{"va", nil, false}, {"vb", nil, false}, {"va", nil, false}, {"vc", nil, false}, {"vb", nil, false}, {"va", nil, false}}
+		want := []Result[string]{{"va", nil, false, false}, {"vb", nil, false, false}, {"va", nil, false, true}, {"vc", nil, false, false}, {"vb", nil, false, true}, {"va", nil, false, true}}
 		if !slices.Equal(got, want) {
 			t.Errorf("DoMany = %+v, want %+v", got, want)
 		}
@@ -233,8 +234,21 @@ func TestDoManyDuplicates(t *testing.T) {
 			t.Errorf("fn led %q, want %q", led, keys[:20])
 		}
 		for i, r := range got {
-			if r != (Result[string]{"v" + keys[i], nil, false}) {
-				t.Errorf("position %d (%s): %+v, want v%s", i, keys[i], r, keys[i])
+			if r != (Result[string]{"v" + keys[i], nil, false, i >= 20}) {
+				t.Errorf("position %d (%s): %+v, want v%s, repeated %t", i, keys[i], r, keys[i], i >= 20)
+			}
+		}
+	})
+	t.Run("failed", func(t *testing.T) {
+		var g Group[string, string]
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		got := g.DoMany(ctx, []string{"a", "b", "a"}, func(context.Context, []string, func(string, string, error)) {
+			t.Error("fn ran for a done context")
+		})
+		for i, r := range got {
+			if !errors.Is(r.Err, context.Canceled) || r.Repeat != (i == 2) {
+				t.Errorf("position %d: %+v, want context.Canceled, repeated %t", i, r, i == 2)
 			}
 		}
 	})
@@ -254,7 +268,7 @@ func TestDoManyDuplicates(t *testing.T) {
 				t.Errorf("Waiters(j) = %d after %d joins, want 2 after 1", n, joins.Load())
 			}
 			open()
-			want := []Result[string]{{"vj", nil, true}, {"vx", nil, false}, {"vj", nil, true}}
+			want := []Result[string]{{"vj", nil, true, false}, {"vx", nil, false, false}, {"vj", nil, true, true}}
 			if got := <-ch; !slices.Equal(got, want) {
 				t.Errorf("DoMany = %+v, want %+v", got, want)
 			}
@@ -294,7 +308,7 @@ func TestDoManyUnsettled(t *testing.T) {
 		j := goDo(&g, t.Context(), "b", failing(t))
 		synctest.Wait()
 		open()
-		want := []Result[string]{{"va", nil, false}, {"", ErrUnsettled, true}, {"", ErrUnsettled, false}}
+		want := []Result[string]{{"va", nil, false, false}, {"", ErrUnsettled, true, false}, {"", ErrUnsettled, false, false}}
 		if got := <-ch; !slices.Equal(got, want) {
 			t.Errorf("DoMany = %+v, want %+v", got, want)
 		}
@@ -335,7 +349,7 @@ func TestDoManyPanic(t *testing.T) {
 				synctest.Wait()
 				open()
 				got := <-ch
-				if got[0] != (Result[string]{"va", nil, false}) {
+				if got[0] != (Result[string]{"va", nil, false, false}) {
 					t.Errorf("settled key a got %+v, want va", got[0])
 				}
 				var pb, pc *PanicError
@@ -403,7 +417,7 @@ func TestDoManyGoexit(t *testing.T) {
 						t.Errorf("Waiters(j) = %d, want 2", n)
 					}
 					openJ()
-					want := []Result[string]{{"vj", nil, true}, {"va", nil, false}, {"", ErrGoexit, true}}
+					want := []Result[string]{{"vj", nil, true, false}, {"va", nil, false, false}, {"", ErrGoexit, true, false}}
 					if got := <-results; !slices.Equal(got, want) {
 						t.Errorf("DoMany = %+v, want %+v", got, want)
 					}
@@ -448,7 +462,7 @@ func TestDoManyContextBoundsOnlyOwnWait(t *testing.T) {
 		if !ok {
 			t.Fatal("DoMany did not return when its ctx ended")
 		}
-		if got[0] != (Result[string]{"va", nil, false}) {
+		if got[0] != (Result[string]{"va", nil, false, false}) {
 			t.Errorf("settled key a got %+v, want va", got[0])
 		}
 		for _, r := range got[1:] {
@@ -612,7 +626,7 @@ func TestDoManyConcurrentSettles(t *testing.T) {
 		if n, err := strconv.Atoi(strings.TrimPrefix(got[0].Val, "v")); err != nil || n < 0 || n > 7 || got[0].Err != nil || r.v != got[0].Val {
 			t.Errorf("DoMany got %+v for a and its joiner %+v; want one of v0…v7 for both", got[0], r)
 		}
-		if got[1] != (Result[string]{"first", nil, false}) {
+		if got[1] != (Result[string]{"first", nil, false, false}) {
 			t.Errorf("DoMany got %+v for b, want the first settle", got[1])
 		}
 	})
@@ -641,14 +655,14 @@ func TestDoManySettleIgnoresForeignKeys(t *testing.T) {
 				synctest.Wait()
 				open()
 				got := <-ch
-				if got[0] != (Result[string]{"vj", nil, true}) {
+				if got[0] != (Result[string]{"vj", nil, true, false}) {
 					t.Errorf("joined key j got %+v, want vj from its own flight", got[0])
 				}
 				if r := <-jLeader; r != (result{"vj", nil, true}) {
 					t.Errorf("Do of j got %+v, want vj", r)
 				}
 				for i, r := range got[1:] {
-					if r != (Result[string]{"v" + keys[i+1], nil, false}) {
+					if r != (Result[string]{"v" + keys[i+1], nil, false, false}) {
 						t.Errorf("led key %s got %+v", keys[i+1], r)
 					}
 				}
@@ -759,7 +773,7 @@ func TestDoManyFlightContext(t *testing.T) {
 						if !errors.Is(got[0].Err, context.Canceled) {
 							t.Errorf("caller got %+v, want its own cancellation", got[0])
 						}
-					} else if got[0] != (Result[string]{"late", context.DeadlineExceeded, false}) {
+					} else if got[0] != (Result[string]{"late", context.DeadlineExceeded, false, false}) {
 						t.Errorf("caller got %+v, want fn's late result", got[0])
 					}
 				})
