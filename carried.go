@@ -17,8 +17,9 @@ func (c *Cache[V]) adopt(n remote.Notice, cur *entry[V]) bool {
 	if n.Value == "" || cur.fence.Load() == 0 || c.closed.Load() {
 		return false
 	}
-	e, ok := c.decode(n.Key, []byte(n.Value))
-	if !ok || e.fence.Load() != n.Fence || !c.usable(e) || c.clk.now() >= e.hard {
+	now := c.clk.now()
+	e, ok := c.decode(n.Key, []byte(n.Value), now)
+	if !ok || e.fence.Load() != n.Fence || !c.usable(e) || now >= e.hard {
 		return false
 	}
 	s := c.gens.stripe(n.Key)

@@ -24,6 +24,9 @@ func newClock() clock {
 
 func (k *clock) now() int64 { return k.wall + int64(time.Since(k.mono)) }
 
+// at is now as of t, a time read with a monotonic reading: no clock read.
+func (k *clock) at(t time.Time) int64 { return k.wall + int64(t.Sub(k.mono)) }
+
 // addTime returns the Unix nanoseconds d after t, saturating at the largest
 // int64 instead of wrapping (and at the smallest for a negative d).
 func addTime(t int64, d time.Duration) int64 {

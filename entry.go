@@ -105,7 +105,10 @@ func (e *entry[V]) gone(now int64) bool { return !e.uncached && now >= e.hard }
 // midStale is the middle of e's stale window (Unix nanoseconds).
 func (e *entry[V]) midStale() int64 { return e.soft + (e.hard-e.soft)/2 }
 
-func (c *Cache[V]) decode(key string, env []byte) (*entry[V], bool) {
+// decode makes the entry of env, key's envelope as read from the Store at
+// at (Unix nanoseconds): with a NearTTL, it is trusted until NearTTL after
+// then.
+func (c *Cache[V]) decode(key string, env []byte, at int64) (*entry[V], bool) {
 	ev, err := envelope.Decode(env)
 	if err != nil {
 		c.st.decodeErrors.add(1)
@@ -129,7 +132,7 @@ func (c *Cache[V]) decode(key string, env []byte) (*entry[V], bool) {
 		e.value = v
 	}
 	if c.cfg.NearTTL > 0 {
-		e.near = addTime(c.clk.now(), c.cfg.NearTTL)
+		e.near = addTime(at, c.cfg.NearTTL)
 	}
 	c.setLead(key, e)
 	return e, true
@@ -187,8 +190,8 @@ func (c *Cache[V]) publish(key string, e *entry[V], gen uint64, write bool) bool
 			e.retryAt.Store(max(e.retryAt.Load(), cur.retryAt.Load()))
 			e.shed.Store(e.shed.Load() || cur.shed.Load())
 		}
-		if now := c.clk.now(); e.born == 0 || e.born > now {
-			e.born = now // a value read from the Store keeps when its read was sent (sentAt)
+		if e.born == 0 { // a value read from the Store keeps when its read was sent (sentAt)
+			e.born = c.clk.now()
 		}
 		return true
 	})

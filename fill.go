@@ -583,7 +583,7 @@ func (b *batchFill[V]) answered(f *fillState[V], a attempt[V], got remote.Acquir
 	c := b.c
 	f.remoteUp = got.Err == nil
 	if got.Stale != nil && f.mode == foreground {
-		if e, ok := c.decode(f.key, got.Stale); ok && f.now < e.hard && c.usable(e) {
+		if e, ok := c.decode(f.key, got.Stale, c.clk.now()); ok && f.now < e.hard && c.usable(e) {
 			f.candidate = e
 		}
 	}

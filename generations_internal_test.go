@@ -197,7 +197,7 @@ func TestUnrelatedSetsKeepLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, ok := c.decode("a", env)
+			e, ok := c.decode("a", env, c.clk.now())
 			if !ok || e.value != want {
 				t.Errorf("the Store holds \"a\" = %v (decoded %v), want %v", e, ok, want)
 			}

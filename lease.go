@@ -148,7 +148,7 @@ func (c *Cache[V]) answerAttempt(ctx context.Context, key string, got remote.Acq
 // asked for once more, for a newer value or the lease; one retired again
 // is loaded over, unfenced.
 func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g remote.Grant, sent int64) (attempt[V], error) {
-	e, ok := c.decode(key, g.Value)
+	e, ok := c.decode(key, g.Value, sent)
 	if ok && !c.usable(e) {
 		told, at := c.watch(key, nil), c.brk.at()
 		sent = c.clk.now()
@@ -159,7 +159,7 @@ func (c *Cache[V]) foundAttempt(ctx context.Context, key string, g remote.Grant,
 		}
 		told.stop()
 		c.fetchTags(ctx, g.Value)
-		e, ok = c.decode(key, g.Value)
+		e, ok = c.decode(key, g.Value, sent)
 		ok = ok && c.usable(e)
 	}
 	if !ok {

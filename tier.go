@@ -20,7 +20,7 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	env, err := c.cfg.Store.Load(ctx, key)
 	c.remoteDone(ctx, at, err)
 	c.fetchTags(ctx, env)
-	c.readOf(&r, key, env, err)
+	c.readOf(&r, key, env, err, sent)
 	c.sentAt(r.e, sent)
 	return r
 }
@@ -41,8 +41,9 @@ func (c *Cache[V]) sentAt(e *entry[V], sent int64) {
 	}
 }
 
-// readOf fills r with what one read of key from the Store returned.
-func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
+// readOf fills r with what one read of key from the Store, sent at sent,
+// returned.
+func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error, sent int64) {
 	switch {
 	case errors.Is(err, remote.ErrRejected):
 		c.st.decodeErrors.add(1) // the key holds nothing this cache can use
@@ -51,7 +52,7 @@ func (c *Cache[V]) readOf(r *remoteRead[V], key string, env []byte, err error) {
 	case env == nil:
 		r.gone = true
 	default:
-		if e, ok := c.decode(key, env); ok && c.usable(e) {
+		if e, ok := c.decode(key, env, sent); ok && c.usable(e) {
 			r.e = e // a value a tag retired is of no use either
 		}
 	}
@@ -89,7 +90,7 @@ func (c *Cache[V]) loadMany(ctx context.Context, fs []*fillState[V], s *scratch[
 	}
 	c.learnTags(ctx, tags)
 	for i, l := range got[:len(keys)] {
-		c.readOf(&reads[i], keys[i], l.Value, l.Err)
+		c.readOf(&reads[i], keys[i], l.Value, l.Err, sent)
 		c.sentAt(reads[i].e, sent)
 	}
 	return reads

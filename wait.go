@@ -317,7 +317,7 @@ type waitBlock[V any] struct {
 // sooner when its deadline or its holder's time comes first.
 func (wt *waiter[V]) schedule(now time.Time, d time.Duration) time.Time {
 	d = min(d, wt.deadline.Sub(now))
-	if left := time.Duration(wt.until - wt.f.c.clk.now()); left > 0 && left < d {
+	if left := time.Duration(wt.until - wt.f.c.clk.at(now)); left > 0 && left < d {
 		d = left
 	}
 	return now.Add(max(d, 0))

@@ -27,6 +27,7 @@ var (
 // LoadMany does what Load does for each key.
 func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 	out := make([]remote.Loaded, len(keys))
+	ctx = asOfNow(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Batches++
@@ -42,6 +43,7 @@ func (r *Remote) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 // the key, if it has one that was not fresh enough or does not decode.
 func (r *Remote) AcquireMany(ctx context.Context, reqs []remote.LeaseRequest, ttl time.Duration) []remote.Acquired {
 	out := make([]remote.Acquired, len(reqs))
+	ctx = asOfNow(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Batches++
@@ -99,6 +101,7 @@ func (r *Remote) ExtendMany(ctx context.Context, leases []remote.HeldKey, ttl ti
 // and each release announces its key's completion, as the single calls do.
 func (r *Remote) WriteReleaseMany(ctx context.Context, writes []remote.HeldWrite) []remote.Outcome {
 	out := make([]remote.Outcome, len(writes))
+	ctx = asOfNow(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Batches++
@@ -130,3 +133,15 @@ func (r *Remote) countBatch() {
 	r.stats.Batches++
 	r.mu.Unlock()
 }
+
+// asOfNow is ctx with its error read once, now: a batch call, which holds
+// r.mu throughout, checks its context for each key as of its start, not
+// once a key (a context's Err may read the clock).
+func asOfNow(ctx context.Context) context.Context { return errAsOf{ctx, ctx.Err()} }
+
+type errAsOf struct {
+	context.Context
+	err error
+}
+
+func (c errAsOf) Err() error { return c.err }
