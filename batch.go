@@ -76,8 +76,10 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 // returns the keys it could not serve, with their positions in keys (a
 // key given twice is missed twice: its flight, which finds it once,
 // marks the second Repeat), and the values it served that are due for a
-// refresh.
+// refresh. Keys missed from the first on, with none served between, are
+// keys' own prefix, their positions nil: a batch of misses copies nothing.
 func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V], opts []CallOption) (missed []string, at []int, stale []staleRead[V]) {
+	prefix := 0 // while missed is nil, keys[:prefix] were all missed
 	for i, key := range keys {
 		if e, ok := c.localGet(key); ok {
 			if now := c.hitClk.bound(); now < e.soft-e.lead && c.trusted(e, now) {
@@ -93,25 +95,45 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 				continue
 			}
 		}
-		if missed == nil {
-			missed = make([]string, 0, len(keys)-i) // the keys from i on
-			at = make([]int, 0, len(keys)-i)
+		switch {
+		case missed != nil:
+		case prefix == i:
+			prefix++
+			continue
+		default:
+			// A miss after a key served: the misses get arrays of their own.
+			missed = make([]string, prefix, prefix+len(keys)-i) // and the keys from i on
+			at = make([]int, prefix, cap(missed))
+			copy(missed, keys[:prefix])
+			for p := range prefix {
+				at[p] = p
+			}
 		}
 		missed, at = append(missed, key), append(at, i)
+	}
+	if missed == nil {
+		return keys[:prefix:prefix], nil, stale
 	}
 	return missed, at, stale
 }
 
 // fillMissed fills the keys missed in their flights, joined or led by
-// this call, and puts each one's result at its position in at in items.
+// this call, and puts each one's result at its position in at in items
+// (missed[j] at j when at is nil).
 // A stale value a flight settled with is served, and refreshed, unless the
 // call wants none: then the key is filled again, up to maxMissAttempts.
 func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at []int, items []Item[V], load BatchLoadFunc[V], co callOpts) {
 	var refresh []staleRead[V]
+	pos := func(j int) int {
+		if at == nil {
+			return j
+		}
+		return at[j]
+	}
 	for attempt := 0; len(missed) > 0; attempt++ {
 		res := c.flyMissed(ctx, missed, load, co, attempt == 0)
 		var (
-			again   []string // not in missed's array: a fill may still read it
+			again   []string // not in missed's array, which may be the caller's keys
 			againAt []int
 		)
 		now := c.clk.now() // after every remote wait of the flights
@@ -120,13 +142,13 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at []int, it
 			switch {
 			case err == nil && e.gone(now):
 				if attempt+1 < maxMissAttempts && ctx.Err() == nil {
-					again, againAt = append(again, key), append(againAt, at[j]) // expired while remote calls were waited on
+					again, againAt = append(again, key), append(againAt, pos(j)) // expired while remote calls were waited on
 					continue
 				}
 				err = errNoFresh(key)
 			case err == nil && e.stale(now) && co.noStale:
 				if attempt+1 < maxMissAttempts && ctx.Err() == nil {
-					again, againAt = append(again, key), append(againAt, at[j]) // went stale before this caller took it
+					again, againAt = append(again, key), append(againAt, pos(j)) // went stale before this caller took it
 					continue
 				}
 				err = errNoFresh(key)
@@ -136,9 +158,9 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at []int, it
 				refresh = append(refresh, staleRead[V]{key: key, e: e, started: &c.st.staleRefreshes})
 			}
 			if err != nil {
-				items[at[j]].Err = err
+				items[pos(j)].Err = err
 			} else {
-				items[at[j]] = itemOf(e.result())
+				items[pos(j)] = itemOf(e.result())
 			}
 		}
 		missed, at = again, againAt
@@ -150,50 +172,22 @@ func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at []int, it
 
 // flyMissed runs one attempt of fillMissed: the batch fill of the keys
 // missed that no flight runs for. With count, each key counts as a miss,
-// or as a hit when the Store served it fresh.
+// or as a hit when the Store served it fresh: a key the fill led, by the
+// fill; a key another caller's flight had, here.
 func (c *Cache[V]) flyMissed(ctx context.Context, missed []string, load BatchLoadFunc[V], co callOpts, count bool) []flight.Result[*entry[V]] {
-	var (
-		mu  sync.Mutex
-		ran []bool // at the positions in missed of the keys this call's fill counts
-	)
-	if count {
-		ran = make([]bool, len(missed))
-	}
 	res := c.flyMany(ctx, missed, func(fctx context.Context, led []string, settle func(string, *entry[V], error)) {
-		if count {
-			mu.Lock()
-			markLed(ran, missed, led)
-			mu.Unlock()
-		}
 		fs, free := c.newFills(led, co, nil)
 		defer free()
 		c.fillMany(fctx, fs, load, false, settle, count)
 	})
 	if count {
-		mu.Lock()
-		defer mu.Unlock()
 		for i, key := range missed {
-			if !ran[i] && !res[i].Repeat {
+			if !res[i].Led && !res[i].Repeat {
 				c.got(key, observe.ResultMiss) // joined another caller's load
 			}
 		}
 	}
 	return res
-}
-
-// markLed sets ran at the position in missed of each key of led, which
-// holds keys of missed in their order there.
-func markLed(ran []bool, missed, led []string) {
-	i := 0
-	for _, k := range led {
-		for i < len(missed) && missed[i] != k {
-			i++
-		}
-		if i == len(missed) {
-			return
-		}
-		ran[i] = true
-	}
 }
 
 func itemOf[V any](v V, err error) Item[V] { return Item[V]{Value: v, Err: err} }

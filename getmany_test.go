@@ -86,12 +86,19 @@ func TestGetManyPerPosition(t *testing.T) {
 	if got := l.got(); len(got) != 2 || !slices.Equal(got[1], []string{"gone"}) {
 		t.Fatalf("loader calls = %q, want a second call with only \"gone\"", got)
 	}
+	// Misses before and after a key served, one of them repeated: each is
+	// loaded once, and every position gets its own key's value.
+	mixed := []string{"dddd", "eeeee", "a", "ffffff", "dddd", "bb"}
+	wantItems(t, mixed, c.GetMany(bounded(t), mixed, l.load), nil)
+	if got := l.got(); len(got) != 3 || !slices.Equal(got[2], []string{"dddd", "eeeee", "ffffff"}) {
+		t.Fatalf("loader calls = %q, want a third call with dddd, eeeee and ffffff", got)
+	}
 	// The key the loader returned unasked was not cached.
 	if _, ok := c.GetIfPresent("stranger"); ok {
 		t.Error("a key the loader was not asked for was cached")
 	}
-	if items := c.GetMany(bounded(t), nil, l.load); len(items) != 0 || len(l.got()) != 2 {
-		t.Errorf("GetMany of no keys returned %d items and made %d loader calls, want none", len(items), len(l.got())-2)
+	if items := c.GetMany(bounded(t), nil, l.load); len(items) != 0 || len(l.got()) != 3 {
+		t.Errorf("GetMany of no keys returned %d items and made %d loader calls, want none", len(items), len(l.got())-3)
 	}
 }
 

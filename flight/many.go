@@ -24,6 +24,9 @@ type Result[V any] struct {
 	// Repeat reports that the key at this position appeared earlier in the
 	// call's keys: its result is that earlier position's.
 	Repeat bool
+	// Led reports that this call led the key's flight: it started it, and
+	// gave the key to its function.
+	Led bool
 }
 
 // linearMax is the most keys for which DoMany finds a key by scanning its
@@ -485,7 +488,7 @@ func (m *many[K, V]) fill(ctx context.Context, res []Result[V]) {
 	var werr error
 	for i := range res {
 		e := m.at(i)
-		res[i].Repeat = m.repeat != nil && m.repeat[i]
+		res[i].Repeat, res[i].Led = m.repeat != nil && m.repeat[i], e.isLed()
 		if e.gaveUp {
 			if werr == nil {
 				werr = waitError(ctx)

@@ -88,7 +88,7 @@ func TestDoManyLedAndJoined(t *testing.T) {
 					t.Errorf("after b was settled: Waiters(b), InFlight = %v, want [0 1]", got)
 				}
 				openA()
-				want := []Result[string]{{"va", nil, true, false}, {"vb", nil, false, false}}
+				want := []Result[string]{{"va", nil, true, false, false}, {"vb", nil, false, false, true}}
 				if got := <-ch; !slices.Equal(got, want) {
 					t.Errorf("DoMany = %+v, want %+v", got, want)
 				}
@@ -119,7 +119,7 @@ func TestDoManyAllJoined(t *testing.T) {
 			t.Errorf("Waiters(a) = %d, want 2", n)
 		}
 		open()
-		want := []Result[string]{{"va", nil, true, false}, {"va", nil, true, true}}
+		want := []Result[string]{{"va", nil, true, false, false}, {"va", nil, true, true, false}}
 		if got := <-ch; !slices.Equal(got, want) {
 			t.Errorf("DoMany = %+v, want %+v", got, want)
 		}
@@ -176,7 +176,7 @@ func TestDoManyJoinerGetsSettledValueEarly(t *testing.T) {
 					t.Fatal("DoMany returned before b was settled")
 				}
 				open2()
-				want := []Result[string]{{"va", nil, true, false}, {"vb", nil, false, false}}
+				want := []Result[string]{{"va", nil, true, false, true}, {"vb", nil, false, false, true}}
 				if got := <-ch; !slices.Equal(got, want) {
 					t.Errorf("DoMany = %+v, want %+v", got, want)
 				}
@@ -205,7 +205,7 @@ func TestDoManyDuplicates(t *testing.T) {
 		if !slices.Equal(led, []string{"a", "b", "c"}) || starts.Load() != 3 {
 			t.Errorf("fn led %q after %d starts, want [a b c] after 3", led, starts.Load())
 		}
-		want := []Result[string]{{"va", nil, false, false}, {"vb", nil, false, false}, {"va", nil, false, true}, {"vc", nil, false, false}, {"vb", nil, false, true}, {"va", nil, false, true}}
+		want := []Result[string]{{"va", nil, false, false, true}, {"vb", nil, false, false, true}, {"va", nil, false, true, true}, {"vc", nil, false, false, true}, {"vb", nil, false, true, true}, {"va", nil, false, true, true}}
 		if !slices.Equal(got, want) {
 			t.Errorf("DoMany = %+v, want %+v", got, want)
 		}
@@ -234,7 +234,7 @@ func TestDoManyDuplicates(t *testing.T) {
 			t.Errorf("fn led %q, want %q", led, keys[:20])
 		}
 		for i, r := range got {
-			if r != (Result[string]{"v" + keys[i], nil, false, i >= 20}) {
+			if r != (Result[string]{"v" + keys[i], nil, false, i >= 20, true}) {
 				t.Errorf("position %d (%s): %+v, want v%s, repeated %t", i, keys[i], r, keys[i], i >= 20)
 			}
 		}
@@ -247,8 +247,8 @@ func TestDoManyDuplicates(t *testing.T) {
 			t.Error("fn ran for a done context")
 		})
 		for i, r := range got {
-			if !errors.Is(r.Err, context.Canceled) || r.Repeat != (i == 2) {
-				t.Errorf("position %d: %+v, want context.Canceled, repeated %t", i, r, i == 2)
+			if !errors.Is(r.Err, context.Canceled) || r.Repeat != (i == 2) || r.Led {
+				t.Errorf("position %d: %+v, want context.Canceled, repeated %t, not led", i, r, i == 2)
 			}
 		}
 	})
@@ -268,7 +268,7 @@ func TestDoManyDuplicates(t *testing.T) {
 				t.Errorf("Waiters(j) = %d after %d joins, want 2 after 1", n, joins.Load())
 			}
 			open()
-			want := []Result[string]{{"vj", nil, true, false}, {"vx", nil, false, false}, {"vj", nil, true, true}}
+			want := []Result[string]{{"vj", nil, true, false, false}, {"vx", nil, false, false, true}, {"vj", nil, true, true, false}}
 			if got := <-ch; !slices.Equal(got, want) {
 				t.Errorf("DoMany = %+v, want %+v", got, want)
 			}
@@ -308,7 +308,7 @@ func TestDoManyUnsettled(t *testing.T) {
 		j := goDo(&g, t.Context(), "b", failing(t))
 		synctest.Wait()
 		open()
-		want := []Result[string]{{"va", nil, false, false}, {"", ErrUnsettled, true, false}, {"", ErrUnsettled, false, false}}
+		want := []Result[string]{{"va", nil, false, false, true}, {"", ErrUnsettled, true, false, true}, {"", ErrUnsettled, false, false, true}}
 		if got := <-ch; !slices.Equal(got, want) {
 			t.Errorf("DoMany = %+v, want %+v", got, want)
 		}
@@ -349,7 +349,7 @@ func TestDoManyPanic(t *testing.T) {
 				synctest.Wait()
 				open()
 				got := <-ch
-				if got[0] != (Result[string]{"va", nil, false, false}) {
+				if got[0] != (Result[string]{"va", nil, false, false, true}) {
 					t.Errorf("settled key a got %+v, want va", got[0])
 				}
 				var pb, pc *PanicError
@@ -417,7 +417,7 @@ func TestDoManyGoexit(t *testing.T) {
 						t.Errorf("Waiters(j) = %d, want 2", n)
 					}
 					openJ()
-					want := []Result[string]{{"vj", nil, true, false}, {"va", nil, false, false}, {"", ErrGoexit, true, false}}
+					want := []Result[string]{{"vj", nil, true, false, false}, {"va", nil, false, false, true}, {"", ErrGoexit, true, false, true}}
 					if got := <-results; !slices.Equal(got, want) {
 						t.Errorf("DoMany = %+v, want %+v", got, want)
 					}
@@ -462,7 +462,7 @@ func TestDoManyContextBoundsOnlyOwnWait(t *testing.T) {
 		if !ok {
 			t.Fatal("DoMany did not return when its ctx ended")
 		}
-		if got[0] != (Result[string]{"va", nil, false, false}) {
+		if got[0] != (Result[string]{"va", nil, false, false, true}) {
 			t.Errorf("settled key a got %+v, want va", got[0])
 		}
 		for _, r := range got[1:] {
@@ -626,7 +626,7 @@ func TestDoManyConcurrentSettles(t *testing.T) {
 		if n, err := strconv.Atoi(strings.TrimPrefix(got[0].Val, "v")); err != nil || n < 0 || n > 7 || got[0].Err != nil || r.v != got[0].Val {
 			t.Errorf("DoMany got %+v for a and its joiner %+v; want one of v0…v7 for both", got[0], r)
 		}
-		if got[1] != (Result[string]{"first", nil, false, false}) {
+		if got[1] != (Result[string]{"first", nil, false, false, true}) {
 			t.Errorf("DoMany got %+v for b, want the first settle", got[1])
 		}
 	})
@@ -655,14 +655,14 @@ func TestDoManySettleIgnoresForeignKeys(t *testing.T) {
 				synctest.Wait()
 				open()
 				got := <-ch
-				if got[0] != (Result[string]{"vj", nil, true, false}) {
+				if got[0] != (Result[string]{"vj", nil, true, false, false}) {
 					t.Errorf("joined key j got %+v, want vj from its own flight", got[0])
 				}
 				if r := <-jLeader; r != (result{"vj", nil, true}) {
 					t.Errorf("Do of j got %+v, want vj", r)
 				}
 				for i, r := range got[1:] {
-					if r != (Result[string]{"v" + keys[i+1], nil, false, false}) {
+					if r != (Result[string]{"v" + keys[i+1], nil, false, false, true}) {
 						t.Errorf("led key %s got %+v", keys[i+1], r)
 					}
 				}
@@ -773,7 +773,7 @@ func TestDoManyFlightContext(t *testing.T) {
 						if !errors.Is(got[0].Err, context.Canceled) {
 							t.Errorf("caller got %+v, want its own cancellation", got[0])
 						}
-					} else if got[0] != (Result[string]{"late", context.DeadlineExceeded, false, false}) {
+					} else if got[0] != (Result[string]{"late", context.DeadlineExceeded, false, false, true}) {
 						t.Errorf("caller got %+v, want fn's late result", got[0])
 					}
 				})
