@@ -125,10 +125,11 @@ func (w *completion) stop() {
 	if w == nil || w.refs.Add(-1) != 0 {
 		return
 	}
-	if w.endAt != nil {
-		w.endAt(w.at)
-	} else {
+	switch {
+	case w.endAt == nil:
 		w.end()
+	case !w.fired.Load(): // one its announcement called is spent already
+		w.endAt(w.at)
 	}
 }
 

@@ -190,7 +190,8 @@ type Watcher interface {
 type BatchWatcher interface {
 	// WatchMany is Watch for each of keys: notify(i) is called once, as
 	// Watch calls notify, for keys[i]; stop(i) takes the registration of
-	// keys[i] back, as Watch's stop does. The Watcher may keep keys until
+	// keys[i] back, as Watch's stop does. A registration whose notify was
+	// called is spent: the cache may not stop it. The Watcher may keep keys until
 	// every registration is called or taken back: the caller does not
 	// change it.
 	WatchMany(keys []string, notify func(i int)) (stop func(i int))
