@@ -592,43 +592,64 @@ func (s *reads) LoadMany(ctx context.Context, keys []string) []remote.Loaded {
 }
 
 // A miss that waits for the holder's value (OnLeaseHeld: Wait) and heard
-// the lease held, with no copy of its own, reads the Store once: after the
-// holder's completion, not before it waits, when nothing it could serve is
-// there.
+// the lease held, with no copy of its own, reads nothing from the Store
+// before it waits, when nothing it could serve is there. After the
+// holder's completion it takes the value the completion carries, without a
+// read, when the Lease is a remote.ValueWatcher, and reads the Store once
+// otherwise.
 func TestHeardHoldWaitReadsOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := memory.New()
-		a := fleetReplica(t, r, nil)
-		store := &reads{Remote: r}
-		b := fleetReplica(t, r, func(o *herd.Options[int]) {
-			o.Store = store
-			o.OnLeaseHeld = herd.Wait
+	for _, tc := range []struct {
+		name   string
+		lease  func(*memory.Remote) remote.Lease
+		reads  int64
+		reason string
+	}{
+		{"value watcher", func(r *memory.Remote) remote.Lease { return r }, 0, "the completion carries A's value"},
+		{"watcher", func(r *memory.Remote) remote.Lease { return &noValues{Remote: r} }, 1, "after A's completion"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := memory.New()
+				a := fleetReplica(t, r, nil)
+				store := &reads{Remote: r}
+				b := fleetReplica(t, r, func(o *herd.Options[int]) {
+					o.Store, o.Lease = store, tc.lease(r)
+					o.OnLeaseHeld = herd.Wait
+				})
+				release, resA := fleetHold(t, a, "k", 5)
+				synctest.Wait() // B hears A's hold
+				got := make(chan herd.Item[int], 1)
+				go func() {
+					got <- b.GetMany(t.Context(), []string{"k"}, noBatchLoad(t, "B"))[0]
+				}()
+				synctest.Wait()
+				if n := store.n.Load(); n != 0 {
+					t.Errorf("B read the Store %d times before A's completion; want 0", n)
+				}
+				release()
+				if res := <-resA; res.err != nil || res.v != 5 {
+					t.Fatalf("A got %d, %v; want 5, nil", res.v, res.err)
+				}
+				if it := <-got; it.Err != nil || it.Value != 5 {
+					t.Fatalf("B got %d, %v; want 5, nil", it.Value, it.Err)
+				}
+				if n := store.n.Load(); n != tc.reads {
+					t.Errorf("B read the Store %d times; want %d, %s", n, tc.reads, tc.reason)
+				}
+				if st := b.Stats(); st.LeaseHoldsHeard != 1 || st.LeaseAttemptsSkipped != 1 || st.WokenByPush != 1 || st.WokenByPoll != 0 {
+					t.Errorf("B's Stats: LeaseHoldsHeard %d, LeaseAttemptsSkipped %d, WokenByPush %d, WokenByPoll %d; want 1, 1, 1, 0",
+						st.LeaseHoldsHeard, st.LeaseAttemptsSkipped, st.WokenByPush, st.WokenByPoll)
+				}
+			})
 		})
-		release, resA := fleetHold(t, a, "k", 5)
-		synctest.Wait() // B hears A's hold
-		got := make(chan herd.Item[int], 1)
-		go func() {
-			got <- b.GetMany(t.Context(), []string{"k"}, noBatchLoad(t, "B"))[0]
-		}()
-		synctest.Wait()
-		if n := store.n.Load(); n != 0 {
-			t.Errorf("B read the Store %d times before A's completion; want 0", n)
-		}
-		release()
-		if res := <-resA; res.err != nil || res.v != 5 {
-			t.Fatalf("A got %d, %v; want 5, nil", res.v, res.err)
-		}
-		if it := <-got; it.Err != nil || it.Value != 5 {
-			t.Fatalf("B got %d, %v; want 5, nil", it.Value, it.Err)
-		}
-		if n := store.n.Load(); n != 1 {
-			t.Errorf("B read the Store %d times; want 1, after A's completion", n)
-		}
-		if st := b.Stats(); st.LeaseHoldsHeard != 1 || st.LeaseAttemptsSkipped != 1 || st.WokenByPush != 1 || st.WokenByPoll != 0 {
-			t.Errorf("B's Stats: LeaseHoldsHeard %d, LeaseAttemptsSkipped %d, WokenByPush %d, WokenByPoll %d; want 1, 1, 1, 0",
-				st.LeaseHoldsHeard, st.LeaseAttemptsSkipped, st.WokenByPush, st.WokenByPoll)
-		}
-	})
+	}
+}
+
+// noValues is a memory.Remote whose completions carry no value: it is no
+// remote.ValueWatcher.
+type noValues struct {
+	*memory.Remote
+	WatchValues struct{} // hides the Remote's
 }
 
 // noBatchLoad returns a batch load that fails the test when called.

@@ -192,6 +192,9 @@ func TestNoValuePastHardAfterRemoteWait(t *testing.T) {
 type flakyTier struct {
 	*memory.Remote
 	fails atomic.Int32
+	// WatchValues hides the Remote's: no completion carries its value, so
+	// that a loser re-reads the Store after it.
+	WatchValues struct{}
 }
 
 func (l *flakyTier) LoadMany(ctx context.Context, keys []string) []remote.Loaded {

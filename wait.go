@@ -13,10 +13,12 @@ import (
 
 // The losers' wait: the keys of a batch that found other loads holding
 // their leases wait for those loads' completions together, on the batch's
-// own goroutine. A key whose holder completed re-reads the Store, and asks
-// for its lease again when the read finds no value; between announcements
-// (an announcement can be lost) it re-reads the Store after a bounded
-// backoff. The keys due at once are read, and asked for, in one call.
+// own goroutine. A key whose holder completed takes the value the
+// completion carried, from a Lease that is a remote.ValueWatcher, or
+// re-reads the Store, and asks for its lease again when neither has a
+// value; between announcements (an announcement can be lost) it re-reads
+// the Store after a bounded backoff. The keys due at once are read, and
+// asked for, in one call.
 
 // Bounds of the fallback re-read of a Wait loser between completion notices.
 const (
@@ -50,6 +52,9 @@ type completion struct {
 	// waits on the completion; 0 while none does. Written and read on that
 	// batch's goroutine alone.
 	slot int
+	// env is the envelope the completion carried, from a ValueWatcher:
+	// the holder's value. Written before fired is set, read after.
+	env []byte
 }
 
 // fire records that the completion came, once.
@@ -73,7 +78,8 @@ func (c *Cache[V]) watch(key string, wake func(*completion)) *completion {
 
 // watchAll is watch for each of keys, its registrations allocated
 // together, and made in one call when the Lease is a
-// [remote.BatchWatcher]. keys must not change afterwards.
+// [remote.BatchWatcher] (with the completions' values when it is a
+// [remote.ValueWatcher]). keys must not change afterwards.
 func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion {
 	ws := make([]*completion, len(keys))
 	lw, ok := c.cfg.Lease.(remote.Watcher)
@@ -81,22 +87,34 @@ func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion
 		return ws
 	}
 	all := make([]completion, len(keys))
+	vw, vals := lw.(remote.ValueWatcher)
 	bw, many := lw.(remote.BatchWatcher)
 	for i, key := range keys {
 		ws[i] = &all[i]
-		if !many {
+		if !many && !vals {
 			ws[i].register(lw, key, wake)
 			continue
 		}
-		all[i].wake = wake
+		all[i].wake = wake // before the registration: it may be called at once
 		all[i].refs.Store(1)
 		all[i].at = i
 	}
-	if many && len(keys) > 0 {
-		endAt := bw.WatchMany(keys, func(i int) { all[i].fire() })
-		for i := range all {
-			all[i].endAt = endAt
-		}
+	var endAt func(int)
+	switch {
+	case len(keys) == 0:
+		return ws
+	case vals:
+		endAt = vw.WatchValues(keys, func(i int, env []byte) {
+			all[i].env = env
+			all[i].fire()
+		})
+	case many:
+		endAt = bw.WatchMany(keys, func(i int) { all[i].fire() })
+	default:
+		return ws
+	}
+	for i := range all {
+		all[i].endAt = endAt
 	}
 	return ws
 }
@@ -389,9 +407,10 @@ func (ws *waits[V]) due(due []*waiter[V], now time.Time) []*waiter[V] {
 	return due
 }
 
-// act makes the next move of each due wait: it re-reads the Store, and
-// asks for the lease again when its holder's time passed, or when its
-// holder completed and the read found no value; then it settles the waits
+// act makes the next move of each due wait: it takes the value its
+// holder's completion carried or re-reads the Store, and asks for the
+// lease again when its holder's time passed, or when its holder completed
+// and left no value; then it settles the waits
 // that ended, loads the keys leased here, and schedules the others.
 func (ws *waits[V]) act(ctx context.Context, due []*waiter[V]) {
 	if len(due) == 0 {
@@ -403,9 +422,11 @@ func (ws *waits[V]) act(ctx context.Context, due []*waiter[V]) {
 	for _, wt := range due {
 		wt.pushed = wt.w.came()
 		wt.asked = !wt.pushed && clk >= wt.until
-		if wt.asked {
+		switch {
+		case wt.asked:
 			ask = append(ask, wt)
-		} else {
+		case wt.pushed && ws.carried(wt, clk):
+		default:
 			peek = append(peek, wt)
 		}
 	}
@@ -552,6 +573,26 @@ func (ws *waits[V]) ask(ctx context.Context, wts []*waiter[V]) {
 		a, err := c.answerAttempt(ctx, wts[i].f.key, got, sent, watches[i])
 		wts[i].answer = answer[V]{a, err}
 	}
+}
+
+// carried answers wt, whose holder completed, with the value that the
+// completion carried, when it has one that a re-read of the Store would
+// have served at clk (leaseFound), and reports whether it did. A value
+// with tags is left to the re-read, which learns their versions, and so is
+// one that a change of the key on this replica since the fill began (a
+// Set, an Invalidate) may have replaced in the Store.
+func (ws *waits[V]) carried(wt *waiter[V], clk int64) bool {
+	c, f := ws.b.c, wt.f
+	env := wt.w.env
+	if env == nil || c.gens.changedSince(f.key, f.gen) {
+		return false
+	}
+	e, ok := c.decode(f.key, env, clk)
+	if !ok || e.tags != nil || f.leaseAfter(clk) >= e.soft {
+		return false
+	}
+	wt.answer.attempt = attempt[V]{outcome: leaseFound, e: e}
+	return true
 }
 
 // peek is the re-read of the Store of the keys of wts between notices,

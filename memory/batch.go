@@ -109,7 +109,7 @@ func (r *Remote) WriteReleaseMany(ctx context.Context, writes []remote.HeldWrite
 	defer r.pushBatched()
 	for i, w := range writes {
 		if w.Env == nil {
-			out[i].Err = r.release(ctx, w.Key, w.Token)
+			out[i].Err = r.releaseWith(ctx, w.Key, w.Token, nil)
 			continue
 		}
 		out[i].OK, out[i].Err = r.writeRelease(ctx, w.Key, w.Env, w.Fence, w.TTL, w.Token)

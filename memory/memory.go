@@ -256,7 +256,13 @@ func (r *Remote) WriteRelease(ctx context.Context, key string, env []byte, fence
 // writeRelease is WriteRelease with r.mu held.
 func (r *Remote) writeRelease(ctx context.Context, key string, env []byte, fence uint64, ttl time.Duration, token string) (bool, error) {
 	wrote, err := r.write(ctx, key, env, fence, ttl)
-	if rerr := r.release(ctx, key, token); rerr != nil {
+	var stored []byte // what the completion announces: the value it wrote
+	if wrote {
+		if e := r.keys[key]; e != nil {
+			stored = e.value
+		}
+	}
+	if rerr := r.releaseWith(ctx, key, token, stored); rerr != nil {
 		return wrote, rerr
 	}
 	return wrote, err
@@ -352,11 +358,13 @@ func (r *Remote) Extend(ctx context.Context, key, token string, ttl time.Duratio
 func (r *Remote) Release(ctx context.Context, key, token string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.release(ctx, key, token)
+	return r.releaseWith(ctx, key, token, nil)
 }
 
-// release is Release with r.mu held.
-func (r *Remote) release(ctx context.Context, key, token string) error {
+// releaseWith is Release with r.mu held, its completion announced with
+// stored, the value the load stored (nil: none), to WatchValues
+// registrations.
+func (r *Remote) releaseWith(ctx context.Context, key, token string, stored []byte) error {
 	if err := r.check(ctx, "release", key); err != nil {
 		return err
 	}
@@ -367,7 +375,7 @@ func (r *Remote) release(ctx context.Context, key, token string) error {
 	}
 	r.stats.Announces++
 	r.wmu.Lock()
-	r.waits.Wake(key)
+	r.waits.WakeWith(key, stored)
 	r.wmu.Unlock()
 	return nil
 }
@@ -421,6 +429,15 @@ func (r *Remote) WatchMany(keys []string, notify func(i int)) (stop func(i int))
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	return r.waits.WatchMany(&r.wmu, keys, notify)
+}
+
+// WatchValues is WatchMany with each completion's value
+// ([remote.ValueWatcher]): the envelope a WriteRelease stored, nil for a
+// Release, a write refused, and a completion announced otherwise.
+func (r *Remote) WatchValues(keys []string, notify func(i int, env []byte)) (stop func(i int)) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	return r.waits.WatchManyValues(&r.wmu, keys, notify)
 }
 
 // check returns the error that refuses a call: an ended ctx or a down

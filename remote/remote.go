@@ -197,6 +197,20 @@ type BatchWatcher interface {
 	WatchMany(keys []string, notify func(i int)) (stop func(i int))
 }
 
+// ValueWatcher is implemented by a [BatchWatcher] whose completion
+// announcements carry the value the completed load stored: a cache whose
+// Lease is one ends a loser's wait with the holder's value, without a
+// read of the Store, while nothing changed the key on its replica since
+// the loser began.
+type ValueWatcher interface {
+	// WatchValues is WatchMany with notify(i, env) given env, the
+	// envelope that the completion of keys[i] stored, with the fence it
+	// was stored under; nil when it stored none (a release without a
+	// write, a write refused) or when the announcement does not say
+	// (announcements lost). notify may keep env; nothing modifies it.
+	WatchValues(keys []string, notify func(i int, env []byte)) (stop func(i int))
+}
+
 // CompletionCounter is implemented by a [Watcher] that counts the
 // completions it announces: a cache that heard another replica's hold
 // ([HoldNotifier]) keeps the count, and takes any later count that differs

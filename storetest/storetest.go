@@ -93,6 +93,9 @@ func Run(t *testing.T, newFleet func(t *testing.T) (remote.Store, remote.Lease))
 	if _, ok := probeL.(remote.BatchWatcher); ok {
 		tests = append(tests, subtest{"BatchWatcher", testBatchWatcher})
 	}
+	if _, ok := probeL.(remote.ValueWatcher); ok {
+		tests = append(tests, subtest{"ValueWatcher", testValueWatcher})
+	}
 	if _, ok := probeL.(remote.CompletionCounter); ok {
 		tests = append(tests, subtest{"CompletionCounter", testCompletionCounter})
 	}
@@ -728,6 +731,58 @@ func testBatchWatcher(t *testing.T, _ remote.Store, l remote.Lease) {
 	}
 	for i := range keys {
 		stop(i)
+	}
+}
+
+// testValueWatcher: a completion that stored a value (WriteRelease)
+// notifies its key's WatchValues registration with the envelope stored,
+// fenced, and one that stored none (Release, a refused write) with nil.
+func testValueWatcher(t *testing.T, _ remote.Store, l remote.Lease) {
+	w := l.(remote.ValueWatcher)
+	wr, ok := l.(remote.WriteReleaser)
+	if !ok {
+		t.Fatalf("%T is a remote.ValueWatcher but no remote.WriteReleaser: no completion stores a value", l)
+	}
+	ctx := t.Context()
+	keys := []string{key(t, "wrote"), key(t, "released"), key(t, "refused")}
+	grants := make([]remote.Grant, len(keys))
+	for i, k := range keys {
+		grants[i] = lease(t, l, k, longTTL)
+	}
+	type note struct {
+		i   int
+		env []byte
+	}
+	notes := make(chan note, 2*len(keys))
+	stop := w.WatchValues(keys, func(i int, env []byte) { notes <- note{i, env} })
+	defer func() {
+		for i := range keys {
+			stop(i)
+		}
+	}()
+	v := fresh("v")
+	if wrote, err := wr.WriteRelease(ctx, keys[0], v, grants[0].Fence, longTTL, grants[0].Token); err != nil || !wrote {
+		t.Fatalf("WriteRelease under the held fence = %v, %v; want true", wrote, err)
+	}
+	release(t, l, keys[1], grants[1].Token)
+	if wrote, err := wr.WriteRelease(ctx, keys[2], fresh("late"), grants[2].Fence+1, longTTL, grants[2].Token); err != nil || wrote {
+		t.Fatalf("WriteRelease under a fence not held = %v, %v; want false", wrote, err)
+	}
+	want := [][]byte{fenced(t, v, grants[0].Fence), nil, nil}
+	got := make([]bool, len(keys))
+	for range keys {
+		select {
+		case n := <-notes:
+			if got[n.i] {
+				t.Fatalf("key %d notified twice", n.i)
+			}
+			got[n.i] = true
+			if !bytes.Equal(n.env, want[n.i]) {
+				t.Errorf("key %d notified with %q, want %q", n.i, n.env, want[n.i])
+			}
+		case <-time.After(deadline):
+			t.Fatalf("completions notified keys %v of 3", got)
+		}
 	}
 }
 

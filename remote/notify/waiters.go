@@ -74,16 +74,21 @@ type watch struct {
 	prev, next *watch
 	fn         func() // nil for a WatchMany registration, which calls many(i)
 	// many and i are a WatchMany registration's callback and its key's
-	// index.
+	// index; vals is a WatchManyValues registration's, in many's place.
 	many func(int)
+	vals func(int, []byte)
 	i    int
 }
 
-// call calls the registration's callback.
-func (w *watch) call() {
-	if w.many != nil {
+// call calls the registration's callback, with env, the envelope the
+// announcement carries, for a WatchManyValues registration.
+func (w *watch) call(env []byte) {
+	switch {
+	case w.vals != nil:
+		w.vals(w.i, env)
+	case w.many != nil:
 		w.many(w.i)
-	} else {
+	default:
 		w.fn()
 	}
 }
@@ -161,13 +166,17 @@ func (ws *Waiters) Leave(w Wait) { ws.leave(w.key, w.g) }
 
 // Wake ends the current generation of key: its waiters return and its
 // watches are called.
-func (ws *Waiters) Wake(key string) {
+func (ws *Waiters) Wake(key string) { ws.WakeWith(key, nil) }
+
+// WakeWith is Wake for an announcement that carries env, the envelope
+// the completion stored: WatchManyValues registrations are given it.
+func (ws *Waiters) WakeWith(key string, env []byte) {
 	if t := ws.counts.Load(); t != nil {
 		t.slot(key).Add(1)
 	}
 	if g := ws.m[key]; g != nil {
 		delete(ws.m, key)
-		g.end()
+		g.end(env)
 	}
 }
 
@@ -178,19 +187,19 @@ func (ws *Waiters) WakeAll() {
 	}
 	for key, g := range ws.m {
 		delete(ws.m, key)
-		g.end()
+		g.end(nil)
 	}
 }
 
 // end closes g's channel and calls its watches, each taken out of the
-// list before it is called.
-func (g *generation) end() {
+// list before it is called, with env.
+func (g *generation) end(env []byte) {
 	if g.ch != nil {
 		close(g.ch)
 	}
 	for w := g.first; w != nil; w = g.first {
 		w.unlink()
-		w.call()
+		w.call(env)
 	}
 }
 
@@ -232,6 +241,17 @@ func (ws *Waiters) unwatch(key string, w *watch) {
 // under mu; it may be called more than once and after fn(i). keys must
 // not change until every registration is called or taken back.
 func (ws *Waiters) WatchMany(mu sync.Locker, keys []string, fn func(i int)) (stop func(i int)) {
+	return ws.watchMany(mu, keys, watch{many: fn})
+}
+
+// WatchManyValues is WatchMany with fn given the envelope that the
+// announcement carries: WakeWith's env, nil for one that carries none.
+func (ws *Waiters) WatchManyValues(mu sync.Locker, keys []string, fn func(i int, env []byte)) (stop func(i int)) {
+	return ws.watchMany(mu, keys, watch{vals: fn})
+}
+
+// watchMany registers a copy of proto, its index set, for each of keys.
+func (ws *Waiters) watchMany(mu sync.Locker, keys []string, proto watch) (stop func(i int)) {
 	regs := make([]watch, len(keys))
 	if ws.m == nil {
 		ws.m = make(map[string]*generation, len(keys))
@@ -245,7 +265,8 @@ func (ws *Waiters) WatchMany(mu sync.Locker, keys []string, fn func(i int)) (sto
 			ws.m[key] = g
 		}
 		g.n++
-		regs[i] = watch{many: fn, i: i}
+		regs[i] = proto
+		regs[i].i = i
 		g.link(&regs[i])
 	}
 	return func(i int) {
