@@ -86,7 +86,10 @@ type Group[K comparable, V any] struct {
 	base     time.Time      // set with m; flights time themselves from it
 }
 
-// call is one flight. It is also the context its function runs with.
+// call is one flight. It is also the context its function runs with, when
+// it has one of its own (fc): a flight of Do, and the batch of a DoMany,
+// whose led flights have none (their function runs with the batch's) and
+// are never used as contexts.
 type call[V any] struct {
 	// Guarded by the group's mu. No caller can join once the call has left
 	// the map, so joins, wgUsed and done do not change after that.
@@ -116,14 +119,9 @@ type call[V any] struct {
 	val V
 	err error
 
-	// Written by the caller that started the flight before the function
-	// runs; read-only afterwards.
-	parent   context.Context // where Value looks; never cancelled
-	base     *time.Time      // the group's base time
-	deadline time.Duration   // since *base
-
-	// cx is the function's context's Done channel, set by the first Done.
-	cx atomic.Pointer[ctxDone]
+	// fc is the state of the call's context; nil for a flight that a
+	// DoMany leads. Set before the function runs.
+	fc *fnCtx
 
 	// batch is set, before the call enters the map, on a flight that
 	// DoMany leads in a group with CancelWhenAbandoned: the context of
@@ -138,6 +136,25 @@ const (
 	ctxCanceled
 	ctxExpired
 )
+
+// fnCtx is the state of a call's context but for cstate, apart from the
+// call so that the flights a DoMany leads, which need none, are smaller.
+type fnCtx struct {
+	// Written by the caller that started the flight before the function
+	// runs; read-only afterwards.
+	parent   context.Context // where Value looks; never cancelled
+	base     *time.Time      // the group's base time
+	deadline time.Duration   // since *base
+
+	// cx is the context's Done channel, set by the first Done.
+	cx atomic.Pointer[ctxDone]
+}
+
+// doCall is a flight of Do: a call with its context, allocated together.
+type doCall[V any] struct {
+	call[V]
+	ctx fnCtx
+}
 
 // ctxDone is the Done channel of a flight's context and the timer that
 // closes it at the deadline.
@@ -240,7 +257,9 @@ func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V
 		g.m = make(map[K]*call[V])
 		g.base = time.Now()
 	}
-	c := new(call[V])
+	dc := new(doCall[V])
+	c := &dc.call
+	c.fc = &dc.ctx
 	c.waiters = 1
 	if done != nil {
 		c.done = make(chan struct{})
@@ -254,20 +273,20 @@ func (g *Group[K, V]) do(ctx context.Context, key K, fn func(context.Context) (V
 	}
 	g.mu.Unlock()
 	// Measuring from the group's base reads only the monotonic clock.
-	c.base = &g.base
-	c.deadline = time.Since(g.base)
-	c.deadline += min(timeout, math.MaxInt64-c.deadline) // saturates
+	c.fc.base = &g.base
+	c.fc.deadline = time.Since(g.base)
+	c.fc.deadline += min(timeout, math.MaxInt64-c.fc.deadline) // saturates
 	if g.OnStart != nil && mode != alone {
 		g.OnStart(key)
 	}
 	if done == nil {
 		// ctx can never end, so it needs no stripping and this caller can
 		// never leave: it runs fn itself.
-		c.parent = ctx
+		c.fc.parent = ctx
 		g.run(c, key, fn)
 		return c.val, c.joins > 0, true, c.err
 	}
-	c.parent = context.WithoutCancel(ctx)
+	c.fc.parent = context.WithoutCancel(ctx)
 	go g.run(c, key, fn)
 	v, err, shared = g.wait(ctx, done, c, key, false)
 	return v, shared, true, err
@@ -434,8 +453,10 @@ func (c *call[V]) end(reason uint32) {
 	}
 	// A Done that stored cx before the swap above is seen here; one that
 	// stores it later sees the new state itself.
-	if x := c.cx.Load(); x != nil {
-		x.close()
+	if c.fc != nil {
+		if x := c.fc.cx.Load(); x != nil {
+			x.close()
+		}
 	}
 	if b := c.batch; b != nil {
 		b.keyEnded()
@@ -459,21 +480,21 @@ func (x *ctxDone) close() {
 func (c *call[V]) expire() { c.end(ctxExpired) }
 
 // Deadline reports when the flight's timeout ends its context.
-func (c *call[V]) Deadline() (time.Time, bool) { return c.base.Add(c.deadline), true }
+func (c *call[V]) Deadline() (time.Time, bool) { return c.fc.base.Add(c.fc.deadline), true }
 
 // left returns how long the function's context has until its deadline.
-func (c *call[V]) left() time.Duration { return c.deadline - time.Since(*c.base) }
+func (c *call[V]) left() time.Duration { return c.fc.deadline - time.Since(*c.fc.base) }
 
 // Done returns a channel closed when the flight's context ends. The channel
 // and the timer behind it are made on the first call, so a function that
 // never asks for Done costs neither.
 func (c *call[V]) Done() <-chan struct{} {
-	if x := c.cx.Load(); x != nil {
+	if x := c.fc.cx.Load(); x != nil {
 		return x.ch
 	}
 	x := &ctxDone{ch: make(chan struct{})}
-	if !c.cx.CompareAndSwap(nil, x) {
-		return c.cx.Load().ch
+	if !c.fc.cx.CompareAndSwap(nil, x) {
+		return c.fc.cx.Load().ch
 	}
 	if c.cstate.Load() != ctxLive {
 		x.close()
@@ -497,7 +518,7 @@ func (c *call[V]) Done() <-chan struct{} {
 // reports the deadline all the same.
 func (c *call[V]) Err() error {
 	s := c.cstate.Load()
-	if s == ctxLive && c.cx.Load() == nil && c.left() <= 0 {
+	if s == ctxLive && c.fc.cx.Load() == nil && c.left() <= 0 {
 		c.end(ctxExpired)
 		s = c.cstate.Load()
 	}
@@ -511,6 +532,6 @@ func (c *call[V]) Err() error {
 }
 
 // Value returns the first caller's value for key.
-func (c *call[V]) Value(key any) any { return c.parent.Value(key) }
+func (c *call[V]) Value(key any) any { return c.fc.parent.Value(key) }
 
 func (c *call[V]) String() string { return "flight.Context" }

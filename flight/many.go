@@ -204,6 +204,7 @@ func (e *entry[K, V]) isLed() bool { return e.c == &e.own }
 // holds and no caller waits for, used for its context alone.
 type batch[V any] struct {
 	call[V]
+	ctx fnCtx // the call's
 	// live counts, with CancelWhenAbandoned, the led flights whose own
 	// contexts have not ended: each ends once, when it is settled or
 	// abandoned. The last one to end cancels the batch's context.
@@ -332,7 +333,8 @@ func (m *many[K, V]) announce() {
 // prepare readies fn's context, fn's copy of the led keys and the count of
 // results to publish. block says that ctx can never end.
 func (m *many[K, V]) prepare(ctx context.Context, block bool, timeout time.Duration, nled int) {
-	c := &m.fctx.call
+	c := &m.fctx.ctx
+	m.fctx.fc = c
 	if block {
 		c.parent = ctx
 	} else {
