@@ -47,11 +47,11 @@ type completion struct {
 	// together, endAt(at) does.
 	end   func()
 	endAt func(int)
-	at    int
+	at    int32
 	// slot is the place, plus one, in its batch's waits of the wait that
 	// waits on the completion; 0 while none does. Written and read on that
 	// batch's goroutine alone.
-	slot int
+	slot int32
 	// env is the envelope the completion carried, from a ValueWatcher:
 	// the holder's value. Written before fired is set, read after.
 	env []byte
@@ -97,7 +97,7 @@ func (c *Cache[V]) watchAll(keys []string, wake func(*completion)) []*completion
 		}
 		all[i].wake = wake // before the registration: it may be called at once
 		all[i].refs.Store(1)
-		all[i].at = i
+		all[i].at = int32(i)
 	}
 	var endAt func(int)
 	switch {
@@ -147,7 +147,7 @@ func (w *completion) stop() {
 	case w.endAt == nil:
 		w.end()
 	case !w.fired.Load(): // one its announcement called is spent already
-		w.endAt(w.at)
+		w.endAt(int(w.at))
 	}
 }
 
@@ -241,7 +241,7 @@ type waiter[V any] struct {
 	answer answer[V]
 	done   bool
 	// slot is the wait's place, plus one, in its batch's waits.
-	slot int
+	slot int32
 }
 
 // waits is the batch's wait for its losers' holders.
@@ -288,7 +288,7 @@ func (b *batchFill[V]) wait(ctx context.Context, ls []loser[V]) {
 	now := time.Now()
 	for i, l := range ls {
 		wt := &ws.all[i]
-		*wt = waiter[V]{f: l.f, until: l.a.until, start: now, deadline: now.Add(c.cfg.LeaseWait), backoff: minWaitBackoff, slot: i + 1}
+		*wt = waiter[V]{f: l.f, until: l.a.until, start: now, deadline: now.Add(c.cfg.LeaseWait), backoff: minWaitBackoff, slot: int32(i + 1)}
 		_, wt.end = c.span(ctx, "herd.lease_wait", l.f.key)
 		first := minWaitBackoff
 		if !watcher {

@@ -72,25 +72,11 @@ type watch struct {
 	// called or taken back.
 	g          *generation
 	prev, next *watch
-	fn         func() // nil for a WatchMany registration, which calls many(i)
-	// many and i are a WatchMany registration's callback and its key's
-	// index; vals is a WatchManyValues registration's, in many's place.
-	many func(int)
-	vals func(int, []byte)
+	// call is called with i, the key's index in a WatchMany or
+	// WatchManyValues registration (0 for Watch), and the envelope the
+	// announcement carries.
+	call func(i int, env []byte)
 	i    int
-}
-
-// call calls the registration's callback, with env, the envelope the
-// announcement carries, for a WatchManyValues registration.
-func (w *watch) call(env []byte) {
-	switch {
-	case w.vals != nil:
-		w.vals(w.i, env)
-	case w.many != nil:
-		w.many(w.i)
-	default:
-		w.fn()
-	}
 }
 
 // link appends w to g's list.
@@ -199,7 +185,7 @@ func (g *generation) end(env []byte) {
 	}
 	for w := g.first; w != nil; w = g.first {
 		w.unlink()
-		w.call(env)
+		w.call(w.i, env)
 	}
 }
 
@@ -215,7 +201,7 @@ func (ws *Waiters) Has(key string) bool { return ws.m[key] != nil }
 // function that takes the registration back, under mu, which may be
 // called more than once and after fn was called.
 func (ws *Waiters) Watch(mu sync.Locker, key string, fn func()) (stop func()) {
-	w := &watch{fn: fn}
+	w := &watch{call: func(int, []byte) { fn() }}
 	ws.current(key).link(w)
 	return func() {
 		mu.Lock()
@@ -241,17 +227,17 @@ func (ws *Waiters) unwatch(key string, w *watch) {
 // under mu; it may be called more than once and after fn(i). keys must
 // not change until every registration is called or taken back.
 func (ws *Waiters) WatchMany(mu sync.Locker, keys []string, fn func(i int)) (stop func(i int)) {
-	return ws.watchMany(mu, keys, watch{many: fn})
+	return ws.watchMany(mu, keys, func(i int, _ []byte) { fn(i) })
 }
 
 // WatchManyValues is WatchMany with fn given the envelope that the
 // announcement carries: WakeWith's env, nil for one that carries none.
 func (ws *Waiters) WatchManyValues(mu sync.Locker, keys []string, fn func(i int, env []byte)) (stop func(i int)) {
-	return ws.watchMany(mu, keys, watch{vals: fn})
+	return ws.watchMany(mu, keys, fn)
 }
 
-// watchMany registers a copy of proto, its index set, for each of keys.
-func (ws *Waiters) watchMany(mu sync.Locker, keys []string, proto watch) (stop func(i int)) {
+// watchMany registers fn for each of keys, called with the key's index.
+func (ws *Waiters) watchMany(mu sync.Locker, keys []string, fn func(i int, env []byte)) (stop func(i int)) {
 	regs := make([]watch, len(keys))
 	if ws.m == nil {
 		ws.m = make(map[string]*generation, len(keys))
@@ -265,8 +251,7 @@ func (ws *Waiters) watchMany(mu sync.Locker, keys []string, proto watch) (stop f
 			ws.m[key] = g
 		}
 		g.n++
-		regs[i] = proto
-		regs[i].i = i
+		regs[i] = watch{call: fn, i: i}
 		g.link(&regs[i])
 	}
 	return func(i int) {
