@@ -163,10 +163,12 @@
 // a loser whose holder completed and whose next attempt finds another
 // holder waits for that one anew, until its own context ends. The losers
 // of one call wait together, on the caller's batch: the keys whose holders
-// completed at once re-read the Store in one call, and those it holds no
-// value for ask for their leases again in one call, with no goroutine,
-// timer or context of their own (with a Lease that is no Watcher, each
-// waits with Lease.Wait on a goroutine). A
+// completed at once take the value the completion carried, from a Lease
+// that is a [remote.ValueWatcher] (unless the key changed on this replica
+// since the call began, or the value has tags), or re-read the Store in
+// one call, and those with no value ask for their leases again in one
+// call, with no goroutine, timer or context of their own (with a Lease
+// that is no Watcher, each waits with Lease.Wait on a goroutine). A
 // background refresh takes its limiter slot before any remote call, so a
 // refresh the limiter sheds touches no remote key, and a shed refresh of a
 // stale value waits at High priority once half of its stale window has
