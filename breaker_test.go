@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/herdcache/herd/memory"
 	"github.com/herdcache/herd/remote"
 )
 
@@ -281,6 +282,29 @@ func TestBreakerStartsFromStore(t *testing.T) {
 		never.startFrom(reachedStore{reached: false})
 		if never.open() {
 			t.Error("a breaker of threshold zero starts open")
+		}
+	})
+}
+
+// A batch that the breaker lets through as its probe and that makes no
+// remote call, its keys settled by the Store reads its callers had just
+// made, ends the probe: the next call probes, where the breaker would
+// otherwise stay open, letting no call through, for good.
+func TestBreakerProbeOfBatchWithoutCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := Must(New(&Options[int]{MaxEntries: 10, SoftTTL: time.Minute, Store: memory.New(), NearTTL: time.Second, BreakerThreshold: 1, BreakerCooldown: time.Second}))
+		defer c.Close(context.Background())
+		c.brk.record(context.Background(), c.brk.at(), errors.New("down"))
+		time.Sleep(time.Second)
+		if !c.brk.probeDue() {
+			t.Fatal("no probe due a cool-down after the breaker opened")
+		}
+		f := c.newFill("k", foreground, callOpts{})
+		f.pre = remoteRead[int]{done: true, gone: true, gen: f.gen, puts: f.puts} // read just now: nothing there
+		b := &batchFill[int]{c: c, settle: func(string, *entry[int], error) {}, leases: newLeaseSet(), wakes: newWakes(), scratch: c.newScratch()}
+		b.remote(context.Background(), []*fillState[int]{f})
+		if !c.brk.probeDue() {
+			t.Error("after a batch that made no remote call, no probe is due: the breaker lets no call through")
 		}
 	})
 }

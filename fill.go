@@ -383,13 +383,17 @@ func (f *fillState[V]) recheckLocal() *entry[V] {
 // remote tier serves and sorts the rest into those to load and the losers.
 func (b *batchFill[V]) remote(ctx context.Context, fs []*fillState[V]) (loads []pendingLoad[V], losers []loser[V]) {
 	c := b.c
-	switch {
-	case c.cfg.Store == nil || !c.brk.allow():
+	if c.cfg.Store == nil || !c.brk.allow() {
 		for _, f := range fs {
 			loads = b.plan(loads, f, nil)
 		}
 		return loads, nil
-	case c.cfg.Lease == nil || b.load == nil:
+	}
+	// When the breaker let this batch through as its probe and the batch
+	// makes no remote call (what it read and heard settled every key), the
+	// next call probes: a probe left open would keep every call away.
+	defer c.brk.probeEnded(c.brk.at(), false)
+	if c.cfg.Lease == nil || b.load == nil {
 		// Without a lease (or with nothing to load with, so taking no lease)
 		// the Store's value settles a key, as in fill.
 		for _, f := range b.fromReads(ctx, fs) {
