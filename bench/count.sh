@@ -6,9 +6,10 @@
 # same on any machine and under any load, where a timing moves by a
 # fifth from one hour to the next. Each library's benchmark runs twice,
 # for few and for many ops; the difference, divided by the ops between
-# them, leaves out the process' start and the benchmark's warm-up.
+# them, leaves out the process' start and the benchmark's warm-up; the
+# garbage collector runs in whole cycles, which 160 ops average out.
 #
-#   bench/count.sh [benchmark [ops]]   # default: FleetBatch 40
+#   bench/count.sh [benchmark [ops]]   # default: FleetBatch 160
 #
 # It needs valgrind (Debian: apt-get install valgrind); Go's runtime is
 # kept off RDTSCP, which valgrind's x86 emulation lacks. A count is not a
@@ -18,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bench=${1:-FleetBatch}
-ops=${2:-40}
+ops=${2:-160}
 (( ops >= 4 )) || { echo "count.sh: ops must be at least 4" >&2; exit 1; }
 few=$((ops / 4))
 command -v valgrind >/dev/null || { echo "count.sh: valgrind is not installed" >&2; exit 1; }
