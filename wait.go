@@ -410,8 +410,8 @@ func (ws *waits[V]) due(due []*waiter[V], now time.Time) []*waiter[V] {
 // act makes the next move of each due wait: it takes the value its
 // holder's completion carried or re-reads the Store, and asks for the
 // lease again when its holder's time passed, or when its holder completed
-// and left no value; then it settles the waits
-// that ended, loads the keys leased here, and schedules the others.
+// and left no value; then it settles the waits that ended, loads the keys
+// leased here, and schedules the others.
 func (ws *waits[V]) act(ctx context.Context, due []*waiter[V]) {
 	if len(due) == 0 {
 		return
