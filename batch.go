@@ -119,9 +119,9 @@ func (c *Cache[V]) localMany(ctx context.Context, keys []string, items []Item[V]
 
 // fillMissed fills the keys missed in their flights, joined or led by
 // this call, and puts each one's result at its position in at in items
-// (missed[j] at j when at is nil).
-// A stale value a flight settled with is served, and refreshed, unless the
-// call wants none: then the key is filled again, up to maxMissAttempts.
+// (missed[j] at j when at is nil). A stale value a flight settled with is
+// served, and refreshed, unless the call wants none: then the key is
+// filled again, up to maxMissAttempts.
 func (c *Cache[V]) fillMissed(ctx context.Context, missed []string, at []int, items []Item[V], load BatchLoadFunc[V], co callOpts) {
 	var refresh []staleRead[V]
 	pos := func(j int) int {

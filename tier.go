@@ -25,19 +25,15 @@ func (c *Cache[V]) loadRemote(ctx context.Context, key string) remoteRead[V] {
 	return r
 }
 
-// sentAt dates e, decoded from the answer of a remote call sent at sent,
-// from when the call was sent rather than when its answer came: its
-// NearTTL counts from then, and it was put in the local tier no later.
-// A late answer may hold a value the Store replaced meanwhile, with a
-// notice this replica lost; dated so, it is trusted and served no longer
-// after that change than an answer that came at once. e may be nil.
+// sentAt dates e, decoded from the answer of a remote call sent at sent
+// (whose NearTTL decode counted from then), as put in the local tier no
+// later than the call was sent, rather than when its answer came. A late
+// answer may hold a value the Store replaced meanwhile, with a notice this
+// replica lost; dated so, it is trusted and served no longer after that
+// change than an answer that came at once. e may be nil.
 func (c *Cache[V]) sentAt(e *entry[V], sent int64) {
-	if e == nil {
-		return
-	}
-	e.born = sent
-	if c.cfg.NearTTL > 0 {
-		e.near = min(e.near, addTime(sent, c.cfg.NearTTL))
+	if e != nil {
+		e.born = sent
 	}
 }
 
